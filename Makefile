@@ -1,0 +1,32 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+# CPU wheel on disk here; GPU graders override, e.g. make TORCH="torch==2.13.0 --index-url ..."
+TORCH  ?= torch==2.13.0
+BIN    := $(VENV)/bin
+
+.PHONY: venv demo test lint bench clean
+
+$(BIN)/autograder: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH) numpy
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/autograder
+
+demo: venv
+	$(BIN)/python scripts/demo.py
+
+lint: venv
+	$(BIN)/ruff check .
+
+test: venv lint
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python bench/grade_vs_pytest.py
+
+clean:
+	rm -rf $(VENV) demo-out
