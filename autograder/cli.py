@@ -1,0 +1,46 @@
+"""The `autograder` command: a thin face over the Python API of the same shape."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .paths import GRADING_CONFIG
+
+
+@click.group()
+@click.version_option(package_name="autograder")
+def main() -> None:
+    """Sandboxed autograder for the PyTorch multi-GPU unit."""
+
+
+@main.command()
+@click.argument("submission", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--assignment", "-a", required=True, help="Assignment name, e.g. dp_basics.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for results.json and the reports.")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def grade(submission: Path, assignment: str, out: Path, config_path: Path) -> None:
+    """Grade one SUBMISSION folder and write results.json, report.json/.md/.html into OUT."""
+    from .coding import GradingError
+    from .config import ConfigError
+    from .grade import grade as grade_submission
+
+    try:
+        report = grade_submission(submission, assignment, out, config_path)
+    except (ConfigError, GradingError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    for part in report.parts:
+        click.echo(f"{part.name:<16} {part.score:>7g} / {part.max_score:g}")
+    click.echo(f"{'total':<16} {report.score:>7g} / {report.max_score:g}")
+    for warning in report.warnings:
+        click.echo(f"note: {warning}")
+    click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
+
+
+if __name__ == "__main__":
+    main()

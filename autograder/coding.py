@@ -1,0 +1,158 @@
+"""Run an assignment's hidden suite on one submission, from the trusted parent.
+
+The parent starts the trusted runner (`autograder.runner`) and reads its stream of events. If the
+runner dies (student code may kill it), the test in flight fails with an explanation and a new
+runner carries on with the rest, so one hostile test never costs the others. Every sandbox process
+group is killed before this returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from .assignment import Assignment
+from .pytest_plugin import Job
+from .results import CodingOutcome
+from .sandbox import prepare_sandbox_dir
+from .submission import SubmissionFiles
+
+MAX_RUNNER_STARTS = 4
+
+
+class GradingError(RuntimeError):
+    """The assignment itself is broken (invalid hidden tests): an instructor's problem."""
+
+
+def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
+                     workdir: Path) -> tuple[list[CodingOutcome], list[str], dict]:
+    """Outcomes of every hidden test in collection order, warnings, and the runner's environment.
+
+    Never raises for a student's fault; GradingError means the hidden tests themselves are broken.
+    """
+    config = assignment.config
+    sandbox_dir = None
+    if files.module is not None:
+        sandbox_dir = prepare_sandbox_dir(files.module, config.module, assignment.probes, workdir)
+    job = Job(
+        tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
+        module_name=config.module, functions=config.functions, output_dir=str(workdir),
+        sandbox_dir=str(sandbox_dir) if sandbox_dir else None,
+        missing_reason=files.module_problem, limits=asdict(config.limits),
+        test_timeout=config.test_timeout, rank_retries=config.rank_retries,
+        visibility=config.coding.visibility)
+    return _Supervisor(job, time.monotonic() + config.submission_timeout).run()
+
+
+class _Supervisor:
+    def __init__(self, job: Job, deadline: float) -> None:
+        self.job, self.deadline = job, deadline
+        self.specs: list[dict] | None = None
+        self.results: dict[str, dict] = {}
+        self.warnings: list[str] = []
+        self.sandbox_pids: set[int] = set()
+        self.environment: dict = {}
+
+    def run(self) -> tuple[list[CodingOutcome], list[str], dict]:
+        try:
+            for _ in range(MAX_RUNNER_STARTS):
+                if self._run_once() or time.monotonic() >= self.deadline:
+                    break
+        finally:
+            self._kill_sandboxes()
+        if self.specs is None:
+            raise GradingError("the hidden tests could not be collected (see messages above)")
+        return [self._outcome(spec) for spec in self.specs], self.warnings, self.environment
+
+    def _kill_sandboxes(self) -> None:
+        # Each sandbox leads its own process group; a dead runner cannot clean up after itself.
+        for pid in self.sandbox_pids:
+            _kill_group(pid)
+
+    def _outcome(self, spec: dict) -> CodingOutcome:
+        result = self.results.get(spec["nodeid"]) or {
+            "status": "failed", "message": "this test did not run: grading was stopped by the "
+                                           "submission's time limit or repeated crashes"}
+        return CodingOutcome(
+            nodeid=spec["nodeid"], name=spec["name"], function=spec["function"],
+            points=spec["points"], visibility=spec["visibility"], gpu=spec["gpu"],
+            status=result["status"], message=result["message"],
+            output=result.get("output", ""), output_cut=result.get("output_cut", False))
+
+    def _run_once(self) -> bool:
+        """One runner process; True when it finished the suite."""
+        job = Job(**{**asdict(self.job), "skip": sorted(self.results)})
+        read_fd, write_fd = os.pipe()
+        log = open(Path(job.output_dir) / "runner.log", "ab")
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "autograder.runner", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
+            start_new_session=True, cwd=job.output_dir)
+        os.close(write_fd)
+        log.close()
+        runner.stdin.write(json.dumps(asdict(job)).encode())
+        runner.stdin.close()
+        current, finished, buffer = None, False, b""
+        try:
+            while not finished:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    self.warnings.append("grading stopped at the submission's time limit")
+                    if current:
+                        self.results[current] = {
+                            "status": "failed",
+                            "message": "the submission's total time limit ran out during this test"}
+                    return True
+                if not select.select([read_fd], [], [], min(left, 1.0))[0]:
+                    continue
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    break
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    event = json.loads(line)
+                    kind = event["event"]
+                    if kind == "collected" and self.specs is None:
+                        self.specs = event["tests"]
+                    elif kind == "error":
+                        raise GradingError(event["message"])
+                    elif kind == "environment":
+                        self.environment = event["environment"]
+                    elif kind == "start":
+                        current = event["nodeid"]
+                    elif kind == "sandbox":
+                        self.sandbox_pids.add(int(event["pid"]))
+                    elif kind == "result":
+                        self.results[event["nodeid"]] = event
+                        current = None
+                    elif kind == "done":
+                        finished = True
+        finally:
+            os.close(read_fd)
+            _kill_group(runner.pid)
+            runner.wait()
+        if not finished and current is not None:
+            self.results[current] = {
+                "status": "failed", "message": f"the grading process was killed during this test "
+                                               f"({_ended(runner.returncode)}); did your code kill "
+                                               f"its parent process?"}
+        return finished
+
+
+def _ended(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

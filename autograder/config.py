@@ -1,0 +1,87 @@
+"""grading.yml: loaded, validated against schemas/grading.schema.json, as dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .paths import GRADING_CONFIG
+from .sandbox import SandboxLimits
+from .schemas import SchemaError, validate, with_defaults
+
+
+class ConfigError(ValueError):
+    """grading.yml is missing, malformed or does not match its schema."""
+
+
+@dataclass(frozen=True)
+class PartConfig:
+    points: float
+    visibility: str
+
+
+@dataclass(frozen=True)
+class AssignmentConfig:
+    name: str
+    title: str
+    module: str
+    due: str | None
+    multiple_choice: PartConfig
+    reveal_key: bool
+    coding: PartConfig
+    functions: dict[str, float]
+    show_student_output: bool
+    call_timeout: float
+    test_timeout: float
+    submission_timeout: float
+    limits: SandboxLimits
+    gpu_policy: str
+    rank_retries: int
+
+
+def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
+    """Every assignment of a grading.yml, validated; errors name the path of the bad key."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    try:
+        validate(raw, "grading.schema.json", path.name)
+    except SchemaError as exc:
+        raise ConfigError(str(exc)) from None
+    raw = with_defaults(raw, "grading.schema.json")
+    return {name: _assignment(name, a) for name, a in raw["assignments"].items()}
+
+
+def assignment_config(name: str, path: Path = GRADING_CONFIG) -> AssignmentConfig:
+    configs = load_config(path)
+    if name not in configs:
+        raise ConfigError(f"{path.name} has no assignment {name!r} (it has: "
+                          f"{', '.join(sorted(configs))})")
+    return configs[name]
+
+
+def _assignment(name: str, a: dict) -> AssignmentConfig:
+    mc, coding = a["parts"]["multiple_choice"], a["parts"]["coding"]
+    total = sum(coding["functions"].values())
+    if abs(total - coding["points"]) > 1e-9:
+        raise ConfigError(f"grading.yml: assignments.{name}.parts.coding.functions add up to "
+                          f"{total:g}, but parts.coding.points is {coding['points']:g}")
+    limits, timeouts = a["limits"], a["timeouts"]
+    return AssignmentConfig(
+        name=name, title=a["title"], module=a["module"], due=a.get("due"),
+        multiple_choice=PartConfig(mc["points"], mc["visibility"]), reveal_key=mc["reveal_key"],
+        coding=PartConfig(coding["points"], coding["visibility"]),
+        functions=dict(coding["functions"]), show_student_output=coding["show_student_output"],
+        call_timeout=timeouts["call"], test_timeout=timeouts["test"],
+        submission_timeout=timeouts["submission"],
+        limits=SandboxLimits(
+            call_timeout=timeouts["call"], memory_bytes=limits["memory_mb"] << 20,
+            cpu_seconds=limits["cpu_seconds"], max_file_bytes=limits["file_mb"] << 20,
+            max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10),
+        gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
+    )

@@ -1,0 +1,297 @@
+"""The pytest plugin the trusted runner loads to run a hidden suite against a sandbox.
+
+It registers the grading markers, validates every test's points and name at collection, provides
+the `student` fixture (calls run in the submission's sandbox) and streams one outcome per test to
+the parent as a JSON line. It runs only in trusted processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import sandbox as sandbox_module
+from .sandbox import Sandbox, SandboxFailure, SandboxLimits, StudentError, run_ranks
+from .sandbox_runtime.codec import CodecError
+
+VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+MARKERS = {
+    "points": "points(n): points this test is worth (required)",
+    "visibility": "visibility(v): Gradescope visibility of this test",
+    "gpu": "gpu: the test needs CUDA; on a grader without it the GPU policy applies",
+    "timeout_s": "timeout_s(s): this test's time budget in seconds",
+}
+
+
+@dataclass
+class Job:
+    """What the runner is asked to do; written by the parent as JSON."""
+
+    tests_dir: str
+    assignment_dir: str
+    module_name: str
+    functions: dict[str, float]
+    output_dir: str
+    sandbox_dir: str | None = None
+    missing_reason: str | None = None
+    limits: dict = field(default_factory=dict)
+    test_timeout: float = 60.0
+    rank_retries: int = 2
+    visibility: str = "visible"
+    collect_only: bool = False
+    skip: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TestSpec:
+    """A collected test as declared by its markers and docstring."""
+
+    nodeid: str
+    name: str
+    function: str
+    points: float
+    visibility: str
+    gpu: bool
+    timeout: float
+
+
+def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
+    problems = []
+    doc = (getattr(item, "obj", None).__doc__ or "").strip().splitlines()
+    name = doc[0].strip() if doc else ""
+    function = name.split(":", 1)[0].strip() if ":" in name else ""
+    if not name:
+        problems.append(f"{item.nodeid}: needs a docstring whose first line names the test")
+    elif function not in job.functions:
+        problems.append(f"{item.nodeid}: display name {name!r} must start with one of "
+                        f"{sorted(job.functions)} followed by ':'")
+    marker = item.get_closest_marker("points")
+    points = marker.args[0] if marker and marker.args else None
+    if type(points) not in (int, float) or points < 0:
+        problems.append(f"{item.nodeid}: needs @pytest.mark.points(n) with a number n >= 0")
+    vis = item.get_closest_marker("visibility")
+    visibility = vis.args[0] if vis and vis.args else job.visibility
+    if visibility not in VISIBILITIES:
+        problems.append(f"{item.nodeid}: visibility {visibility!r} is not one of {VISIBILITIES}")
+    limit = item.get_closest_marker("timeout_s")
+    timeout = float(limit.args[0]) if limit and limit.args else job.test_timeout
+    if problems:
+        return None, problems
+    return TestSpec(item.nodeid, name, function, float(points), visibility,
+                    item.get_closest_marker("gpu") is not None, timeout), []
+
+
+class Student:
+    """The `student` fixture: the student's module, reached only through the sandbox."""
+
+    def __init__(self, plugin: GradingPlugin, spec: TestSpec) -> None:
+        self._plugin, self._spec = plugin, spec
+        self._deadline = time.monotonic() + spec.timeout
+
+    def _timeout(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxFailure(f"this test's time limit of {self._spec.timeout:.0f} s was used up")
+        return min(left, self._plugin.limits.call_timeout)
+
+    def _sandbox(self) -> Sandbox:
+        if self._plugin.sandbox is None:
+            raise SandboxFailure(self._plugin.job.missing_reason or "no submission to run")
+        return self._plugin.sandbox
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._sandbox().call(name, args, kwargs, self._timeout())
+
+        return call
+
+    def probe(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(module, *args, **kwargs)` from probes.py in the sandbox."""
+        return self._sandbox().probe(_probe_name(fn), args, kwargs, self._spec.function,
+                                     self._timeout())
+
+    def run_ranks(self, fn: Callable, world_size: int, *args: Any) -> list[Any]:
+        """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes."""
+        sandbox = self._sandbox()
+        attempts = 1 + self._plugin.job.rank_retries
+        for attempt in range(attempts):
+            left = self._deadline - time.monotonic()
+            if left <= 1:
+                raise SandboxFailure(
+                    f"this test's time limit of {self._spec.timeout:.0f} s was used up")
+            # Each attempt gets an equal share of what is left, so a retry always fits.
+            budget = left / (attempts - attempt)
+            try:
+                return run_ranks(sandbox.sandbox_dir, sandbox.module_name, sandbox.limits,
+                                 _probe_name(fn), world_size, args, budget,
+                                 self._plugin.rank_output_dir(), self._spec.function)
+            except SandboxFailure:
+                # gloo on CPU sometimes crashes or hangs on its own: retry before blaming.
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def fresh(self) -> None:
+        """Restart the sandbox so the next call starts from a newly imported module."""
+        self._sandbox().restart()
+
+
+def _probe_name(fn: Callable) -> str:
+    if getattr(fn, "__module__", None) != "probes":
+        raise TypeError("probes must be functions defined in the assignment's probes.py")
+    return fn.__name__
+
+
+def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
+    """(status, message for the student) for an exception that ended a test."""
+    exc = excinfo.value
+    if isinstance(exc, SandboxFailure):
+        return "failed", str(exc)
+    if isinstance(exc, StudentError):
+        where = f" ({exc.where})" if exc.where else ""
+        return "failed", f"{exc.function} raised {exc.type_name}: {exc.message}{where}"
+    if isinstance(exc, AssertionError):
+        # Only the test author's message: pytest's rewritten detail may show hidden inputs.
+        text = str(exc).split("\nassert ", 1)[0].strip()
+        if not text or text.startswith("assert "):
+            text = "a check of this behaviour failed"
+        return "failed", text
+    if isinstance(exc, pytest.fail.Exception):
+        return "failed", str(exc)
+    if isinstance(exc, CodecError):
+        return "failed", f"the result could not be checked: {exc}"
+    return "grader_error", f"the grader could not run this check ({type(exc).__name__}: {exc})"
+
+
+class GradingPlugin:
+    def __init__(self, job: Job, emit: Callable[[dict], None]) -> None:
+        self.job, self.emit = job, emit
+        self.limits = SandboxLimits(**job.limits)
+        self.specs: dict[str, TestSpec] = {}
+        self.outcomes: dict[str, dict] = {}
+        self.sandbox: Sandbox | None = None
+        sandbox_module.on_process_start = lambda pid: emit({"event": "sandbox", "pid": pid})
+        if job.sandbox_dir is not None:
+            self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
+                                   Path(job.output_dir) / f"sandbox-{os.getpid()}.log")
+
+    def rank_output_dir(self) -> Path:
+        path = Path(tempfile.mkdtemp(prefix="ranks-", dir=self.job.output_dir))
+        self._rank_dirs.append(path)
+        return path
+
+    # -- collection ------------------------------------------------------------
+    def pytest_configure(self, config: pytest.Config) -> None:
+        for line in MARKERS.values():
+            config.addinivalue_line("markers", line)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.emit({"event": "error", "message": f"the hidden tests could not be collected: "
+                                                    f"{report.nodeid}: {report.longreprtext}"})
+
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        problems: list[str] = []
+        for item in items:
+            spec, found = spec_for(item, self.job)
+            problems += found
+            if spec is not None:
+                self.specs[item.nodeid] = spec
+        totals = {name: 0.0 for name in self.job.functions}
+        for spec in self.specs.values():
+            totals[spec.function] += spec.points
+        for name, declared in self.job.functions.items():
+            if abs(totals[name] - declared) > 1e-9:
+                problems.append(f"tests of {name} add up to {totals[name]:g} points, "
+                                f"but grading.yml gives it {declared:g}")
+        if problems:
+            self.emit({"event": "error", "message": "invalid hidden tests:\n  - "
+                                                    + "\n  - ".join(problems)})
+            raise pytest.UsageError("invalid hidden tests")
+        self.emit({"event": "collected", "tests": [asdict(s) for s in self.specs.values()]})
+        skip = set(self.job.skip)
+        items[:] = [i for i in items if i.nodeid not in skip]
+        if self.job.collect_only:
+            items.clear()
+
+    # -- running ---------------------------------------------------------------
+    @pytest.fixture
+    def student(self, request: pytest.FixtureRequest) -> Student:
+        return Student(self, self.specs[request.node.nodeid])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.specs[item.nodeid].gpu and not _cuda_available():
+            self.outcomes[item.nodeid] = {"status": "gpu_unavailable",
+                                          "message": "needs a GPU; this grader has none"}
+            pytest.skip("needs CUDA")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        report = outcome.get_result()
+        if item.nodeid in self.outcomes or (call.when != "call" and report.passed):
+            return
+        if report.passed:
+            self.outcomes[item.nodeid] = {"status": "passed", "message": ""}
+        elif report.skipped:
+            reason = str(call.excinfo.value) if call.excinfo else "skipped"
+            self.outcomes[item.nodeid] = {"status": "skipped", "message": reason}
+        elif call.excinfo is not None:
+            status, message = describe_failure(call.excinfo)
+            self.outcomes[item.nodeid] = {"status": status, "message": message}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        self._rank_dirs: list[Path] = []
+        self.emit({"event": "start", "nodeid": item.nodeid})
+        started = time.monotonic()
+        yield
+        result = self.outcomes.get(item.nodeid) or {
+            "status": "failed", "message": "the test ended without an outcome"}
+        output, cut = self._take_output()
+        self.emit({"event": "result", "nodeid": item.nodeid, **result, "output": output,
+                   "output_cut": cut, "duration": round(time.monotonic() - started, 3)})
+
+    def _take_output(self) -> tuple[str, bool]:
+        output, cut = ("", False) if self.sandbox is None else self.sandbox.take_output()
+        for folder in self._rank_dirs:
+            for log in sorted(folder.glob("rank*.log")):
+                with open(log, "rb") as f:
+                    data = f.read(self.limits.output_bytes + 1)
+                cut = cut or len(data) > self.limits.output_bytes
+                if data:
+                    output += f"[{log.stem}]\n" + data[: self.limits.output_bytes].decode(
+                        "utf-8", "replace")
+            shutil.rmtree(folder, ignore_errors=True)
+        limit = self.limits.output_bytes
+        return output[:limit], cut or len(output) > limit
+
+    def pytest_sessionfinish(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.restart()
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def write_line(fd: int) -> Callable[[dict], None]:
+    def emit(message: dict) -> None:
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    return emit

@@ -1,0 +1,95 @@
+"""Write a `Report` out: Gradescope results.json, report.json, report.md and report.html.
+
+Only the trusted parent calls this, after every sandbox is gone. Every JSON file is validated
+against its schema before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import jinja2
+
+from .results import Report, TestResult
+from .schemas import validate
+
+PART_TITLES = {"multiple_choice": "Multiple choice", "coding": "Coding"}
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("autograder", "templates"),
+    autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined)
+
+
+def gradescope_results(report: Report) -> dict:
+    tests = []
+    for number, t in _numbered(report.tests):
+        entry = {"name": t.name, "number": number, "score": t.score, "max_score": t.max_score,
+                 "output": _test_output(t), "visibility": t.visibility,
+                 "tags": [t.part, t.item]}
+        if t.status in ("passed", "failed"):  # pending/excluded: let Gradescope show the score
+            entry["status"] = t.status
+        tests.append(entry)
+    summary = [f"{PART_TITLES[p.name]}: {p.score:g} / {p.max_score:g}" for p in report.parts]
+    return {
+        "score": report.score, "execution_time": report.execution_time,
+        "output": "\n".join(summary + [f"Note: {w}" for w in report.warnings]),
+        "output_format": "text", "test_output_format": "text",
+        "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
+    }
+
+
+def _numbered(tests: list[TestResult]):
+    counters: dict[str, int] = {}
+    for t in tests:
+        part_number = 1 if t.part == "multiple_choice" else 2
+        counters[t.part] = counters.get(t.part, 0) + 1
+        yield f"{part_number}.{counters[t.part]}", t
+
+
+def _test_output(t: TestResult) -> str:
+    lines = [t.message] if t.message else []
+    lines += t.feedback
+    if t.output:
+        lines += ["", "Your code printed:", t.output]
+    return "\n".join(lines)
+
+
+@dataclass
+class _PartView:
+    name: str
+    failed: list[TestResult]
+    passed: list[TestResult]
+    withheld: int
+
+
+def _part_views(report: Report) -> list[_PartView]:
+    views = []
+    for part in report.parts:
+        tests = [t for t in report.tests if t.part == part.name]
+        shown = [t for t in tests if t.visibility == "visible"]
+        views.append(_PartView(part.name, [t for t in shown if t.status != "passed"],
+                               [t for t in shown if t.status == "passed"],
+                               len(tests) - len(shown)))
+    return views
+
+
+def write_outputs(report: Report, out: Path) -> None:
+    """Write the four files; JSON is validated first, and each file is replaced atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    results, data = gradescope_results(report), asdict(report)
+    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(data, "report.schema.json", "report.json")
+    context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES}
+    files = {
+        "results.json": json.dumps(results, indent=2),
+        "report.json": json.dumps(data, indent=2),
+        "report.md": _ENV.get_template("report.md.j2").render(context),
+        "report.html": _ENV.get_template("report.html.j2").render(context),
+    }
+    for name, text in files.items():
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out / name)

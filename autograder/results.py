@@ -1,0 +1,120 @@
+"""Turn graded answers and test outcomes into one `Report`: points, GPU policy, statuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import AssignmentConfig
+
+PARTS = ("multiple_choice", "coding")
+
+
+@dataclass
+class TestResult:
+    """One graded item: a multiple-choice question or a hidden test."""
+
+    name: str
+    part: str
+    item: str  # the question id, or the student function the test checks
+    score: float
+    max_score: float
+    status: str  # passed | failed | pending | excluded
+    message: str
+    visibility: str
+    output: str = ""
+    feedback: list[str] = field(default_factory=list)  # hint / explanation lines
+
+
+@dataclass
+class PartScore:
+    name: str
+    score: float
+    max_score: float
+
+
+@dataclass
+class Report:
+    assignment: str
+    title: str
+    submission: str
+    score: float
+    max_score: float
+    parts: list[PartScore]
+    tests: list[TestResult]
+    warnings: list[str]
+    environment: dict
+    execution_time: float = 0.0
+
+
+@dataclass
+class CodingOutcome:
+    """What the runner reported for one hidden test."""
+
+    nodeid: str
+    name: str
+    function: str
+    points: float
+    visibility: str
+    gpu: bool
+    status: str  # passed | failed | gpu_unavailable | skipped | grader_error
+    message: str
+    output: str = ""
+    output_cut: bool = False
+
+
+def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
+                   warnings: list[str]) -> list[TestResult]:
+    """Score hidden-test outcomes, applying the GPU policy to tests that could not run."""
+    unavailable = [o for o in outcomes if o.gpu and o.status in ("gpu_unavailable", "skipped")]
+    scale = 1.0
+    if unavailable and config.gpu_policy == "reweight":
+        left_out = sum(o.points for o in unavailable)
+        remaining = config.coding.points - left_out
+        scale = config.coding.points / remaining if remaining > 0 else 1.0
+        warnings.append(
+            f"{len(unavailable)} coding test(s) worth {left_out:g} points need a GPU and this "
+            f"grader has none: they were left out, and the other coding tests were scaled by "
+            f"{scale:.4g} so the coding part is still out of {config.coding.points:g}.")
+    elif unavailable:
+        warnings.append(
+            f"{len(unavailable)} coding test(s) worth {sum(o.points for o in unavailable):g} "
+            f"points need a GPU and this grader has none: they score 0 for now and are pending "
+            f"a regrade on a GPU grader.")
+    results = []
+    for o in outcomes:
+        if o in unavailable:
+            excluded = config.gpu_policy == "reweight"
+            results.append(TestResult(
+                o.name, "coding", o.function, 0.0, 0.0 if excluded else o.points,
+                "excluded" if excluded else "pending",
+                "needs a GPU; left out (the other tests were reweighted)" if excluded
+                else "needs a GPU; pending a regrade on a GPU grader", o.visibility))
+            continue
+        if o.status == "grader_error":
+            warnings.append(f"grader error in '{o.name}' (tell your instructor): {o.message}")
+        max_score = round(o.points * scale, 4)
+        passed = o.status == "passed"
+        message = o.message
+        if o.status == "skipped":
+            message = f"this test did not run ({o.message}), so it cannot count as passed"
+        output = o.output if config.show_student_output else ""
+        if output and o.output_cut:
+            output += f"\n[output cut at {config.limits.output_bytes // 1024} KiB]"
+        results.append(TestResult(o.name, "coding", o.function, max_score if passed else 0.0,
+                                  max_score, "passed" if passed else "failed", message,
+                                  o.visibility, output))
+    return results
+
+
+def build_report(assignment: AssignmentConfig, submission: str, tests: list[TestResult],
+                 warnings: list[str], environment: dict, execution_time: float) -> Report:
+    parts = []
+    for part in PARTS:
+        declared = getattr(assignment, part).points
+        score = sum(t.score for t in tests if t.part == part)
+        parts.append(PartScore(part, round(score, 4), declared))
+    return Report(
+        assignment=assignment.name, title=assignment.title, submission=submission,
+        score=round(sum(p.score for p in parts), 4),
+        max_score=round(sum(p.max_score for p in parts), 4), parts=parts, tests=tests,
+        warnings=warnings, environment=environment, execution_time=round(execution_time, 3))

@@ -1,0 +1,49 @@
+"""The trusted runner: runs an assignment's hidden pytest suite against one submission's sandbox.
+
+Started by `autograder.grade` as `python -m autograder.runner RESULTS_FD` with a `Job` as JSON on
+stdin; streams one JSON line per event to RESULTS_FD. It never imports student code: tests reach it
+only through the sandbox behind the `student` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from .pytest_plugin import GradingPlugin, Job, write_line
+
+
+def run(job: Job, results_fd: int) -> int:
+    emit = write_line(results_fd)
+    emit({"event": "environment", "environment": environment()})
+    sys.path.insert(0, job.assignment_dir)  # hidden tests import the assignment's probes.py
+    ini = Path(job.output_dir) / "pytest.ini"
+    ini.write_text("[pytest]\n")  # ignore any project or submission configuration
+    args = [job.tests_dir, "-c", str(ini), "--rootdir", job.tests_dir, "-q", "-p",
+            "no:cacheprovider", "--strict-markers", "--import-mode=importlib", "-W",
+            "ignore::DeprecationWarning"]
+    code = pytest.main(args, plugins=[GradingPlugin(job, emit)])
+    emit({"event": "done", "exit_code": int(code)})
+    return 0
+
+
+def environment() -> dict:
+    """Where grading runs, for the report."""
+    import platform
+
+    import torch
+
+    return {"gpus": torch.cuda.device_count(), "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def main() -> None:
+    job = Job(**json.load(sys.stdin))
+    sys.exit(run(job, int(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

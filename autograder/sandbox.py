@@ -1,0 +1,340 @@
+"""Trusted side of the sandbox: start sandbox processes, send requests, read replies safely.
+
+A sandbox is a separate `python -I -S -B` process whose sys.path holds the standard library,
+site-packages and the sandbox folder (the student's files, the assignment's `probes.py` and the
+worker). Replies are JSON decoded by `codec.decode`; a crash, exit or hang becomes a
+`SandboxFailure` naming what the student's code was doing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .sandbox_runtime import codec, wire
+
+RUNTIME_PACKAGE = "agsandbox"
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+# Called with the pid of every sandbox process started, so its group can be killed later even
+# if the process that started it dies first.
+on_process_start: Callable[[int], None] | None = None
+_RUNTIME_SOURCE = Path(__file__).resolve().parent / "sandbox_runtime"
+
+
+class SandboxFailure(Exception):
+    """Student code crashed, exited, hung or could not be imported or checked."""
+
+
+class StudentError(Exception):
+    """An exception raised by student code, re-raised in the trusted test as plain data."""
+
+    def __init__(self, function: str, info: dict) -> None:
+        names = [str(n) for n in info.get("type_names", [])] or ["Exception"]
+        self.function = function
+        self.type_name = names[0]
+        self.type_names = names
+        self.message = str(info.get("message", ""))
+        self.where = str(info.get("where", ""))
+        super().__init__(f"{function} raised {self.type_name}: {self.message}")
+
+    def is_a(self, type_name: str) -> bool:
+        """True if the student's exception is (a subclass of) the named built-in type."""
+        return type_name in self.type_names
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits applied to every sandbox process (from grading.yml)."""
+
+    call_timeout: float = 10.0
+    memory_bytes: int = 4 << 30
+    cpu_seconds: int = 120
+    max_file_bytes: int = 64 << 20
+    max_open_files: int = 256
+    output_bytes: int = 1 << 20
+
+
+def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path | None,
+                        parent: Path) -> Path:
+    """A fresh folder holding only a copy of the student's module, the probes and the worker."""
+    root = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
+    if module_file is not None:
+        shutil.copyfile(module_file, root / f"{module_name}.py")
+    if probes is not None:
+        shutil.copyfile(probes, root / "probes.py")
+    shutil.copytree(_RUNTIME_SOURCE, root / RUNTIME_PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "tmp").mkdir()
+    return root
+
+
+def _site_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def _boot(sandbox_dir: Path) -> str:
+    # Student folder last, so its files can never shadow the standard library or torch.
+    search = [*_site_dirs(), str(sandbox_dir)]
+    return ("import sys; sys.path.extend(%r); sys.argv[0] = 'sandbox'; "
+            "from %s.worker import main; main(sys.argv[1:])" % (search, RUNTIME_PACKAGE))
+
+
+def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
+    """A scrubbed environment: no tokens or secrets, only what torch needs."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox_dir),
+        "TMPDIR": str(sandbox_dir / "tmp"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+        # gloo rendezvous stays on loopback.
+        "GLOO_SOCKET_IFNAME": "lo", "TORCHINDUCTOR_CACHE_DIR": str(sandbox_dir / "tmp"),
+    }
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _limit(limits: SandboxLimits) -> Callable[[], None]:
+    def apply() -> None:
+        # Runs in the child between fork and exec: only async-safe, simple calls.
+        for what, value in (
+            (resource.RLIMIT_AS, limits.memory_bytes),
+            (resource.RLIMIT_CPU, limits.cpu_seconds),
+            (resource.RLIMIT_FSIZE, limits.max_file_bytes),
+            (resource.RLIMIT_NOFILE, limits.max_open_files),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(what, (value, value))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long writes fail, not kill
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner that started it
+    return apply
+
+
+class _Process:
+    """One sandbox process with its request and reply pipes and captured output file."""
+
+    def __init__(self, sandbox_dir: Path, module_name: str, mode: str, limits: SandboxLimits,
+                 output_path: Path) -> None:
+        request_r, self.request_w = os.pipe()
+        self.reply_r, reply_w = os.pipe()
+        self.output_path = output_path
+        with open(output_path, "ab") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), mode,
+                 str(request_r), str(reply_w), module_name],
+                cwd=sandbox_dir, env=sandbox_env(sandbox_dir), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=out, pass_fds=(request_r, reply_w),
+                start_new_session=True, preexec_fn=_limit(limits),
+            )
+        os.close(request_r)
+        os.close(reply_w)
+        if on_process_start is not None:
+            on_process_start(self.popen.pid)
+
+    def send(self, request: dict) -> None:
+        try:
+            wire.send(self.request_w, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+        except BrokenPipeError:
+            pass  # the process is gone; the reply read reports how it ended
+
+    def read(self, timeout: float) -> dict:
+        """The next reply, or WireTimeout / WireClosed / WireTooLarge / CodecError."""
+        raw = wire.recv(self.reply_r, timeout)
+        try:
+            reply = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise codec.CodecError("the sandbox sent a malformed reply") from exc
+        if type(reply) is not dict:
+            raise codec.CodecError("the sandbox sent a malformed reply")
+        return reply
+
+    def how_it_ended(self) -> str:
+        try:
+            code = self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "stopped answering"
+        if code >= 0:
+            return f"exited with status {code}"
+        name = signal.Signals(-code).name
+        why = {"SIGKILL": " (often the memory limit)", "SIGXCPU": " (the CPU time limit)",
+               "SIGSEGV": " (a crash)"}.get(name, "")
+        return f"was killed by {name}{why}"
+
+    def kill(self) -> None:
+        for target in (lambda: os.killpg(self.popen.pid, signal.SIGKILL),
+                       lambda: self.popen.kill()):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self.request_w, self.reply_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _outcome(reply: dict, what: str, function: str) -> Any:
+    """Turn a reply into a value or the matching exception."""
+    if "value" in reply:
+        try:
+            return codec.decode(reply["value"])
+        except codec.CodecError as exc:
+            raise SandboxFailure(f"the value returned by {what} could not be read: {exc}") from None
+    if "raised" in reply and type(reply["raised"]) is dict:
+        raise StudentError(function, reply["raised"])
+    if "exited" in reply:
+        raise SandboxFailure(f"your code called sys.exit({reply['exited']}) during {what}")
+    if "missing" in reply:
+        raise SandboxFailure(f"your module has no function named {function!r}")
+    if "import_error" in reply and type(reply["import_error"]) is dict:
+        error = StudentError(function, reply["import_error"])
+        where = f" ({error.where})" if error.where else ""
+        raise SandboxFailure(f"your module could not be imported: {error.type_name}: "
+                             f"{error.message}{where}")
+    if "codec_error" in reply:
+        raise SandboxFailure(f"{what} returned something the grader cannot check: "
+                             f"{reply['codec_error']}")
+    raise SandboxFailure(f"the sandbox sent an unexpected reply during {what}")
+
+
+class Sandbox:
+    """The long-lived sandbox of one submission for plain calls and probes.
+
+    Restarted after any crash, exit or timeout, so one failure affects only the test in flight.
+    """
+
+    def __init__(self, sandbox_dir: Path, module_name: str, limits: SandboxLimits,
+                 output_path: Path) -> None:
+        self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
+        self.output_path = output_path
+        self._process: _Process | None = None
+        self._output_offset = 0
+
+    def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None) -> Any:
+        return self._request({"op": "call", "name": name, "args": tuple(args),
+                              "kwargs": dict(kwargs)}, name, name, timeout)
+
+    def probe(self, name: str, args: Sequence, kwargs: dict, function: str,
+              timeout: float | None = None) -> Any:
+        return self._request({"op": "probe", "name": name, "args": tuple(args),
+                              "kwargs": dict(kwargs)}, f"{function} (scenario {name})", function,
+                             timeout)
+
+    def _request(self, request: dict, what: str, function: str, timeout: float | None) -> Any:
+        timeout = self.limits.call_timeout if timeout is None else timeout
+        started = time.monotonic()
+        process = self._ensure_started(timeout)
+        process.send(request)
+        left = max(0.1, timeout - (time.monotonic() - started))
+        reply = self._read(process, left, what)
+        return _outcome(reply, what, function)
+
+    def _ensure_started(self, timeout: float) -> _Process:
+        if self._process is None:
+            process = _Process(self.sandbox_dir, self.module_name, "serve", self.limits,
+                               self.output_path)
+            self._process = process
+            # Importing torch and the student's module counts against the first call's time.
+            ready = self._read(process, max(timeout, 60.0), "the import of your module")
+            if ready.get("ready") is not True:
+                self.restart()
+                raise SandboxFailure("the sandbox did not start properly")
+        return self._process
+
+    def _read(self, process: _Process, timeout: float, what: str) -> dict:
+        try:
+            return process.read(timeout)
+        except wire.WireTimeout:
+            self.restart()
+            raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") from None
+        except wire.WireClosed:
+            ended = process.how_it_ended()
+            self.restart()
+            raise SandboxFailure(f"your code {ended} during {what}") from None
+        except (wire.WireTooLarge, codec.CodecError) as exc:
+            self.restart()
+            raise SandboxFailure(f"{what} sent back an unreadable reply: {exc}") from None
+
+    def restart(self) -> None:
+        """Kill the sandbox (with its whole process group); the next call starts a fresh one."""
+        if self._process is not None:
+            self._process.kill()
+            self._process = None
+
+    def take_output(self) -> tuple[str, bool]:
+        """Output written since the last call, capped; and whether it was cut."""
+        try:
+            with open(self.output_path, "rb") as f:
+                f.seek(self._output_offset)
+                data = f.read(self.limits.output_bytes + 1)
+                end = f.seek(0, os.SEEK_END)
+        except OSError:
+            return "", False
+        self._output_offset = end
+        cut = len(data) > self.limits.output_bytes or end > self._output_offset
+        return data[: self.limits.output_bytes].decode("utf-8", "replace"), cut
+
+
+def run_ranks(sandbox_dir: Path, module_name: str, limits: SandboxLimits, probe: str,
+              world_size: int, args: Sequence, timeout: float, output_dir: Path,
+              function: str) -> list[Any]:
+    """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes."""
+    port = free_port()
+    what = f"{function} (scenario {probe}, {world_size} processes)"
+    processes = [
+        _Process(sandbox_dir, module_name, "once", limits, output_dir / f"rank{rank}.log")
+        for rank in range(world_size)
+    ]
+    try:
+        for rank, process in enumerate(processes):
+            process.send({"op": "probe", "name": probe,
+                          "args": (rank, world_size, port, *args), "kwargs": {}})
+        deadline = time.monotonic() + timeout
+        replies = []
+        for rank, process in enumerate(processes):
+            left = deadline - time.monotonic()
+            try:
+                replies.append(process.read(max(0.1, left)))
+            except wire.WireTimeout:
+                raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") from None
+            except wire.WireClosed:
+                raise SandboxFailure(
+                    f"your code {process.how_it_ended()} in rank {rank} during {what}") from None
+            except (wire.WireTooLarge, codec.CodecError) as exc:
+                raise SandboxFailure(f"rank {rank} sent back an unreadable reply: {exc}") from None
+        return [_outcome(reply, what, function) for reply in replies]
+    finally:
+        for process in processes:
+            process.kill()
+
+
+def free_port() -> int:
+    """A free TCP port on loopback for a gloo rendezvous."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

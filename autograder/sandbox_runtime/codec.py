@@ -1,0 +1,284 @@
+"""The safe codec between a sandbox and the trusted process.
+
+`encode` runs in the sandbox and turns a value into JSON-able plain data; `decode` runs in the
+trusted process and rebuilds plain values, CPU tensors and `ModuleSnapshot`s from it. Nothing is
+ever unpickled and no student-made object crosses alive: the trusted side only sees JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass
+from typing import Any
+
+MAX_DEPTH = 32
+MAX_ITEMS = 100_000
+MAX_TENSOR_BYTES = 64 * 1024 * 1024
+# Public attributes worth recording on module snapshots (DataParallel, DDP, BatchNorm, Linear...).
+MODULE_ATTRIBUTES = (
+    "training", "device_ids", "output_device", "dim", "num_features", "eps", "momentum",
+    "affine", "track_running_stats", "in_features", "out_features", "broadcast_buffers",
+    "find_unused_parameters", "gradient_as_bucket_view",
+)
+
+
+class CodecError(Exception):
+    """A value that may not cross the wall, or a reply that is not well formed."""
+
+
+# ---------------------------------------------------------------- sandbox side: encode
+
+def encode(value: Any, identities: dict[int, str] | None = None) -> Any:
+    """Plain data for `value`. `identities` maps id(obj) -> label for the call's arguments."""
+    return _Encoder(identities or {}).encode(value, 0)
+
+
+class _Encoder:
+    def __init__(self, identities: dict[int, str]) -> None:
+        self.identities = identities
+        self.items = 0
+
+    def encode(self, value: Any, depth: int) -> Any:
+        import torch  # sandbox side only; the trusted parent never needs torch for this
+
+        self.items += 1
+        if depth > MAX_DEPTH or self.items > MAX_ITEMS:
+            raise CodecError("the value is nested too deeply or is too large to send back")
+        # Exact types only: a subclass of int/str/tuple could lie through __eq__ or __str__.
+        kind = type(value)
+        if value is None or kind is bool or kind is str:
+            return value
+        if kind is int:
+            return value if abs(value) < 2**63 else {"$int": str(value)}
+        if kind is float:
+            return value if math.isfinite(value) else {"$float": repr(value)}
+        if kind is list:
+            return [self.encode(v, depth + 1) for v in value]
+        if isinstance(value, tuple) and _is_plain_tuple(value):
+            return {"$tuple": [self.encode(v, depth + 1) for v in tuple.__iter__(value)]}
+        if kind is dict:
+            if not all(type(k) is str for k in value):
+                return {"$dict": [[self.encode(k, depth + 1), self.encode(v, depth + 1)]
+                                  for k, v in dict.items(value)]}
+            return {"$map": {k: self.encode(v, depth + 1) for k, v in dict.items(value)}}
+        if kind is torch.dtype:
+            return {"$dtype": str(value)}
+        if kind is torch.device:
+            return {"$device": str(value)}
+        if isinstance(value, torch.Tensor):
+            return self.tensor(value)
+        if isinstance(value, torch.nn.Module):
+            return self.module(value, depth)
+        raise CodecError(f"values of type {_type_name(value)} cannot be sent back to the grader")
+
+    def tensor(self, t: Any) -> dict:
+        import torch
+
+        # A tensor subclass could override every method: read it as a plain tensor.
+        plain = torch.Tensor._make_subclass(torch.Tensor, t.detach()) if type(t) is not \
+            torch.Tensor else t.detach()
+        if plain.is_sparse or plain.layout != torch.strided:
+            plain = plain.to_dense()
+        device, requires_grad = str(t.device), bool(t.requires_grad)
+        cpu = plain.to("cpu").contiguous()
+        # NumPy has no bfloat16 or float8: those travel as float32 and are cast back.
+        if cpu.dtype == torch.bfloat16 or (cpu.dtype.is_floating_point and cpu.element_size() == 1):
+            data, wire_dtype = cpu.to(torch.float32).numpy().tobytes(), "torch.float32"
+        else:
+            data, wire_dtype = cpu.numpy().tobytes(), str(cpu.dtype)
+        if len(data) > MAX_TENSOR_BYTES:
+            raise CodecError(f"a tensor of {len(data)} bytes is too large to send back")
+        return {"$tensor": {
+            "dtype": str(t.dtype), "wire_dtype": wire_dtype, "shape": list(cpu.shape),
+            "device": device, "requires_grad": requires_grad,
+            "data": base64.b64encode(data).decode("ascii"),
+            "identity": self.identities.get(id(t)),
+        }}
+
+    def module(self, m: Any, depth: int) -> dict:
+        import torch
+
+        nn = torch.nn
+        attributes = {}
+        for name in MODULE_ATTRIBUTES:
+            raw = m.__dict__.get(name, _MISSING)
+            if raw is _MISSING:
+                continue
+            try:
+                attributes[name] = self.encode(raw, depth + 1)
+            except CodecError:
+                attributes[name] = {"$repr": f"<{_type_name(raw)}>"}
+        # Modules are read through nn.Module's own methods, never the student's overrides.
+        params = {n: self.tensor(p) for n, p in nn.Module.named_parameters(m)}
+        buffers = {n: self.tensor(b) for n, b in nn.Module.named_buffers(m)}
+        children = {n: self.module(c, depth + 1) for n, c in nn.Module.named_children(m)}
+        cls = type(m)
+        return {"$module": {
+            "type_name": cls.__qualname__, "type_module": cls.__module__,
+            "lineage": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__],
+            "attributes": attributes, "parameters": params, "buffers": buffers,
+            "children": children, "identity": self.identities.get(id(m)),
+        }}
+
+
+_MISSING = object()
+
+
+def _is_plain_tuple(value: Any) -> bool:
+    # Namedtuples cross as plain tuples; other tuple subclasses are refused.
+    kind = type(value)
+    return kind is tuple or (tuple in kind.__bases__ and hasattr(kind, "_fields"))
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def encode_exception(exc: BaseException) -> dict:
+    """Plain data for a student exception (its type names and message, nothing alive)."""
+    try:
+        message = str(exc)
+    except BaseException:  # a hostile __str__
+        message = "<the exception's message could not be read>"
+    names = []
+    for cls in type(exc).__mro__:
+        names.append(str(getattr(cls, "__qualname__", "?")))
+    return {"type_names": names[:20], "message": message[:4000]}
+
+
+# ---------------------------------------------------------------- trusted side: decode
+
+@dataclass
+class ModuleSnapshot:
+    """What a student's `nn.Module` looked like when it was sent back."""
+
+    type_name: str
+    type_module: str
+    lineage: list[str]
+    attributes: dict[str, Any]
+    parameters: dict[str, Any]
+    buffers: dict[str, Any]
+    children: dict[str, ModuleSnapshot]
+    identity: str | None = None
+
+    def is_a(self, qualified_name: str) -> bool:
+        """True when the module's class is or derives from e.g. 'torch.nn.parallel.DataParallel'."""
+        return qualified_name in self.lineage or any(m.endswith("." + qualified_name)
+                                                 for m in self.lineage)
+
+    def modules(self, prefix: str = ""):
+        """(name, snapshot) for this module and every descendant, like `named_modules`."""
+        yield prefix, self
+        for name, child in self.children.items():
+            yield from child.modules(f"{prefix}.{name}" if prefix else name)
+
+
+def remote_device(t: Any) -> str:
+    """The device a decoded tensor was on in the sandbox (e.g. 'cuda:0')."""
+    return getattr(t, "_remote_device", "cpu")
+
+
+def remote_identity(t: Any) -> str | None:
+    """Which argument a decoded tensor *was* in the sandbox ('arg0', 'kw:x'), if any."""
+    return getattr(t, "_remote_identity", None)
+
+
+def decode(data: Any, depth: int = 0) -> Any:
+    """Rebuild a value from `encode`'s plain data; raises CodecError on anything else."""
+    if depth > MAX_DEPTH + 2:
+        raise CodecError("reply nested too deeply")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode(v, depth + 1) for v in data]
+    if type(data) is not dict or len(data) != 1:
+        raise CodecError("malformed reply from the sandbox")
+    (tag, body), = data.items()
+    if tag == "$int":
+        return int(body)
+    if tag == "$float":
+        return float(body)
+    if tag == "$tuple":
+        return tuple(decode(v, depth + 1) for v in _expect(body, list))
+    if tag == "$map":
+        return {str(k): decode(v, depth + 1) for k, v in _expect(body, dict).items()}
+    if tag == "$dict":
+        return {_hashable(decode(k, depth + 1)): decode(v, depth + 1)
+                for k, v in _expect(body, list)}
+    if tag == "$dtype":
+        return _dtype(body)
+    if tag == "$device":
+        import torch
+
+        return torch.device(_expect(body, str))
+    if tag == "$tensor":
+        return _tensor(_expect(body, dict))
+    if tag == "$module":
+        return _module(_expect(body, dict), depth)
+    if tag == "$repr":
+        return _expect(body, str)
+    raise CodecError(f"unknown tag {tag!r} in reply from the sandbox")
+
+
+def _expect(value: Any, kind: type) -> Any:
+    if type(value) is not kind:
+        raise CodecError("malformed reply from the sandbox")
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise CodecError("unhashable dict key in reply") from exc
+    return value
+
+
+def _dtype(name: Any) -> Any:
+    import torch
+
+    name = _expect(name, str)
+    attr = name.removeprefix("torch.")
+    value = getattr(torch, attr, None)
+    if not name.startswith("torch.") or type(value) is not torch.dtype:
+        raise CodecError(f"unknown dtype {name!r}")
+    return value
+
+
+def _tensor(body: dict) -> Any:
+    import torch
+
+    dtype, wire = _dtype(body.get("dtype")), _dtype(body.get("wire_dtype"))
+    shape = [int(_expect(s, int)) for s in _expect(body.get("shape"), list)]
+    raw = base64.b64decode(_expect(body.get("data"), str), validate=True)
+    count = math.prod(shape)
+    if count * torch.empty((), dtype=wire).element_size() != len(raw):
+        raise CodecError("tensor data does not match its shape")
+    flat = torch.frombuffer(bytearray(raw), dtype=wire) if raw else torch.empty(0, dtype=wire)
+    t = flat.reshape(shape).to(dtype) if wire != dtype else flat.reshape(shape)
+    if body.get("requires_grad") is True and (t.is_floating_point() or t.is_complex()):
+        t.requires_grad_(True)
+    t._remote_device = _expect(body.get("device"), str)
+    t._remote_identity = body.get("identity")
+    return t
+
+
+def _module(body: dict, depth: int) -> ModuleSnapshot:
+    def tensors(key: str) -> dict:
+        return {str(k): _tensor(_expect(v, dict)["$tensor"])
+                for k, v in _expect(body.get(key), dict).items()}
+
+    return ModuleSnapshot(
+        type_name=_expect(body.get("type_name"), str),
+        type_module=_expect(body.get("type_module"), str),
+        lineage=[_expect(m, str) for m in _expect(body.get("lineage"), list)],
+        attributes={str(k): decode(v, depth + 1)
+                    for k, v in _expect(body.get("attributes"), dict).items()},
+        parameters=tensors("parameters"),
+        buffers=tensors("buffers"),
+        children={str(k): _module(_expect(v, dict)["$module"], depth + 1)
+                  for k, v in _expect(body.get("children"), dict).items()},
+        identity=body.get("identity") if type(body.get("identity")) is str else None,
+    )
