@@ -100,7 +100,8 @@ class Student:
     def _timeout(self) -> float:
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise SandboxFailure(f"this test's time limit of {self._spec.timeout:.0f} s was used up")
+            raise SandboxFailure(
+                f"this test's time limit of {self._spec.timeout:.0f} s was used up")
         return min(left, self._plugin.limits.call_timeout)
 
     def _sandbox(self) -> Sandbox:

@@ -91,8 +91,8 @@ def _site_dirs() -> list[str]:
 def _boot(sandbox_dir: Path) -> str:
     # Student folder last, so its files can never shadow the standard library or torch.
     search = [*_site_dirs(), str(sandbox_dir)]
-    return ("import sys; sys.path.extend(%r); sys.argv[0] = 'sandbox'; "
-            "from %s.worker import main; main(sys.argv[1:])" % (search, RUNTIME_PACKAGE))
+    return (f"import sys; sys.path.extend({search!r}); sys.argv[0] = 'sandbox'; "
+            f"from {RUNTIME_PACKAGE}.worker import main; main(sys.argv[1:])")
 
 
 def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
