@@ -163,10 +163,16 @@ class ModuleSnapshot:
     children: dict[str, ModuleSnapshot]
     identity: str | None = None
 
-    def is_a(self, qualified_name: str) -> bool:
-        """True when the module's class is or derives from e.g. 'torch.nn.parallel.DataParallel'."""
-        return qualified_name in self.lineage or any(m.endswith("." + qualified_name)
-                                                 for m in self.lineage)
+    def is_a(self, name: str) -> bool:
+        """True when the class is or derives from `name`: 'DataParallel' or a public path such
+        as 'torch.nn.DataParallel' (matching torch.nn.parallel.data_parallel.DataParallel)."""
+        package, _, cls = name.rpartition(".")
+        for entry in self.lineage:
+            module, _, qualname = entry.rpartition(".")
+            if qualname == cls and (not package or module == package
+                                    or module.startswith(package + ".")):
+                return True
+        return False
 
     def modules(self, prefix: str = ""):
         """(name, snapshot) for this module and every descendant, like `named_modules`."""

@@ -1,0 +1,34 @@
+"""Shared fixtures for the project's own tests."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autograder.sandbox import Sandbox, SandboxLimits, prepare_sandbox_dir
+
+
+@pytest.fixture
+def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
+    """A real sandbox process around a student module given as source text."""
+    made: list[Sandbox] = []
+
+    def make(source: str, probes: str | None = None, **limits: object) -> Sandbox:
+        module = tmp_path / "dp_basics.py"
+        module.write_text(textwrap.dedent(source))
+        probes_path = None
+        if probes is not None:
+            probes_path = tmp_path / "probes.py"
+            probes_path.write_text(textwrap.dedent(probes))
+        folder = prepare_sandbox_dir(module, "dp_basics", probes_path, tmp_path)
+        sandbox = Sandbox(folder, "dp_basics", SandboxLimits(**{"call_timeout": 5, **limits}),
+                          tmp_path / f"out{len(made)}.log")
+        made.append(sandbox)
+        return sandbox
+
+    yield make
+    for sandbox in made:
+        sandbox.restart()

@@ -1,0 +1,213 @@
+"""Sandbox processes: calls, student errors, crashes, exits, hangs and hostile values."""
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from autograder.sandbox import SandboxFailure, StudentError, run_ranks
+
+STUDENT = """
+import os, signal, sys, time
+import torch
+
+print("imported")
+
+def add(a, b):
+    return a + b
+
+def same(x):
+    return x
+
+def fail():
+    raise ValueError("bad value")
+
+def exit_hard():
+    os._exit(0)
+
+def exit_soft():
+    sys.exit(3)
+
+def hang():
+    while True:
+        pass
+
+def sleep():
+    time.sleep(60)
+
+def segfault():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def always_equal():
+    class Equal:
+        def __eq__(self, other):
+            return True
+    return Equal()
+
+def shout(n):
+    sys.stdout.write("x" * n)
+    return n
+
+def bad_bytes():
+    sys.stdout.buffer.write(bytes(range(256)))
+    return 1
+
+def eat_memory():
+    blocks = []
+    while True:
+        blocks.append(bytearray(256 << 20))
+
+def leave_child():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    return pid
+"""
+
+
+def test_calls_return_decoded_values(make_sandbox):
+    sandbox = make_sandbox(STUDENT)
+    assert sandbox.call("add", (2, 3), {}) == 5
+    out = sandbox.call("add", (torch.ones(2), torch.ones(2)), {})
+    assert torch.equal(out, torch.full((2,), 2.0))
+
+
+def test_a_returned_argument_is_recognised(make_sandbox):
+    sandbox = make_sandbox(STUDENT)
+    model = torch.nn.Linear(2, 2)
+    assert sandbox.call("same", (model,), {}).identity == "arg0"
+    assert sandbox.call("same", (), {"x": model}).identity == "kw:x"
+
+
+def test_student_exceptions_become_student_errors(make_sandbox):
+    with pytest.raises(StudentError) as info:
+        make_sandbox(STUDENT).call("fail", (), {})
+    assert info.value.type_name == "ValueError" and info.value.message == "bad value"
+    assert info.value.is_a("Exception") and "line" in info.value.where
+
+
+@pytest.mark.parametrize("name, message", [
+    ("exit_hard", "your code exited with status 0 during exit_hard"),
+    ("exit_soft", r"your code called sys.exit\(3\) during exit_soft"),
+    ("segfault", "your code was killed by SIGSEGV"),
+    ("missing", "your module has no function named 'missing'"),
+    ("always_equal", "returned something the grader cannot check"),
+])
+def test_failures_are_explained_and_the_sandbox_recovers(make_sandbox, name, message):
+    sandbox = make_sandbox(STUDENT)
+    with pytest.raises(SandboxFailure, match=message):
+        sandbox.call(name, (), {})
+    assert sandbox.call("add", (1, 1), {}) == 2
+
+
+@pytest.mark.parametrize("name", ["hang", "sleep"])
+def test_hangs_time_out_and_are_killed(make_sandbox, name):
+    sandbox = make_sandbox(STUDENT)
+    sandbox.call("add", (1, 1), {})
+    pid = sandbox._process.popen.pid
+    with pytest.raises(SandboxFailure, match=f"timed out after 1 s during {name}"):
+        sandbox.call(name, (), {}, timeout=1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_children_of_the_student_die_with_the_sandbox(make_sandbox):
+    sandbox = make_sandbox(STUDENT)
+    child = sandbox.call("leave_child", (), {})
+    sandbox.restart()
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.kill(child, 0)
+            time.sleep(0.05)
+
+
+def test_memory_limit_stops_a_memory_bomb(make_sandbox):
+    sandbox = make_sandbox(STUDENT, memory_bytes=2 << 30)
+    sandbox.call("add", (1, 1), {})
+    with pytest.raises(StudentError) as info:
+        sandbox.call("eat_memory", (), {}, timeout=30)
+    assert info.value.type_name == "MemoryError"
+
+
+def test_output_is_captured_capped_and_decoded(make_sandbox):
+    sandbox = make_sandbox(STUDENT, output_bytes=1000)
+    sandbox.call("add", (1, 1), {})
+    assert sandbox.take_output() == ("imported\n", False)
+    sandbox.call("shout", (5000,), {})
+    text, cut = sandbox.take_output()
+    assert text == "x" * 1000 and cut
+    sandbox.call("bad_bytes", (), {})
+    text, _ = sandbox.take_output()
+    assert "\ufffd" in text
+
+
+def test_import_errors_are_reported_with_the_line(make_sandbox):
+    sandbox = make_sandbox("def f(:\n    pass\n")
+    with pytest.raises(SandboxFailure, match=r"could not be imported: SyntaxError.*line 1"):
+        sandbox.call("f", (), {})
+
+
+def test_sandbox_cannot_import_the_grader(make_sandbox):
+    sandbox = make_sandbox("""
+        def try_import():
+            try:
+                import autograder
+                return autograder.__file__
+            except ImportError as exc:
+                return type(exc).__name__
+        """)
+    assert sandbox.call("try_import", (), {}) == "ModuleNotFoundError"
+
+
+def test_environment_is_scrubbed(make_sandbox, monkeypatch):
+    monkeypatch.setenv("GRADER_SECRET_TOKEN", "s3cret")
+    sandbox = make_sandbox("import os\ndef env():\n    return dict(os.environ)\n")
+    env = sandbox.call("env", (), {})
+    assert "GRADER_SECRET_TOKEN" not in env and "PYTHONPATH" not in env
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+PROBES = """
+def double_add(mod, x):
+    return mod.add(x, x)
+
+def rank_value(mod, rank, world_size, port, base):
+    return {"rank": rank, "world_size": world_size, "port": port, "value": mod.add(base, rank)}
+
+def rank_crash(mod, rank, world_size, port):
+    import os
+    if rank == 1:
+        os._exit(7)
+    return rank
+"""
+
+
+def test_probes_run_next_to_the_student_module(make_sandbox):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    assert sandbox.probe("double_add", (4,), {}, "add") == 8
+
+
+def test_ranks_run_in_separate_processes(make_sandbox, tmp_path):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    results = run_ranks(sandbox.sandbox_dir, "dp_basics", sandbox.limits, "rank_value", 2,
+                        (10,), 60, tmp_path, "add")
+    assert [r["value"] for r in results] == [10, 11]
+    assert results[0]["port"] == results[1]["port"] > 0
+
+
+def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    with pytest.raises(SandboxFailure, match="exited with status 7 in rank 1"):
+        run_ranks(sandbox.sandbox_dir, "dp_basics", sandbox.limits, "rank_crash", 2, (), 60,
+                  tmp_path, "add")
+
+
+def test_sandbox_process_leads_its_own_process_group(make_sandbox):
+    sandbox = make_sandbox(STUDENT)
+    sandbox.call("add", (1, 1), {})
+    pid = sandbox._process.popen.pid
+    assert os.getpgid(pid) == pid != os.getpgid(0)
+    assert signal.SIGKILL  # the group is what restart() kills
