@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import AssignmentConfig, ConfigError, assignment_config
-from .paths import ASSIGNMENTS_DIR, GRADING_CONFIG
+from .paths import GRADING_CONFIG
 from .questions import QuestionBank, load_bank
 
 
@@ -34,11 +34,13 @@ class Assignment:
         return self.root / "tests" / "public"
 
 
-def load_assignment(name: str, config_path: Path = GRADING_CONFIG,
-                    assignments_dir: Path = ASSIGNMENTS_DIR) -> Assignment:
-    """Load and cross-check an assignment; a mismatch raises ConfigError with the numbers."""
+def load_assignment(name: str, config_path: Path = GRADING_CONFIG) -> Assignment:
+    """Load and cross-check an assignment; a mismatch raises ConfigError with the numbers.
+
+    Assignments live in the `assignments/` folder next to the grading.yml that configures them.
+    """
     config = assignment_config(name, config_path)
-    root = assignments_dir / name
+    root = config_path.resolve().parent / "assignments" / name
     if not root.is_dir():
         raise ConfigError(f"assignment folder {root} does not exist")
     bank = load_bank(root / "questions.yml")

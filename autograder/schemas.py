@@ -40,12 +40,11 @@ def with_defaults(document: Any, schema_name: str) -> Any:
 
 
 def _fill(value: Any, node: dict, root: dict) -> Any:
-    if "$ref" in node:
-        node = _resolve(node["$ref"], root)
+    node = _deref(node, root)
     if not isinstance(value, dict):
         return value
     for key, sub in node.get("properties", {}).items():
-        sub = _resolve(sub["$ref"], root) if "$ref" in sub else sub
+        sub = _deref(sub, root)
         if key not in value and "default" in sub:
             value[key] = copy.deepcopy(sub["default"])
         if key in value:
@@ -56,6 +55,11 @@ def _fill(value: Any, node: dict, root: dict) -> Any:
             if key not in node.get("properties", {}):
                 value[key] = _fill(value[key], extra, root)
     return value
+
+
+def _deref(node: dict, root: dict) -> dict:
+    # A node's own keywords (its "default") sit beside its "$ref" and win over the target's.
+    return {**_resolve(node["$ref"], root), **node} if "$ref" in node else node
 
 
 def _resolve(ref: str, root: dict) -> dict:

@@ -1,0 +1,137 @@
+"""Grading one submission end to end on a toy assignment: real runner, sandboxes and reports."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autograder.grade import grade
+from autograder.schemas import validate
+
+TOY = Path(__file__).parent / "fixtures" / "toy"
+GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
+ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
+
+
+def submit(tmp_path: Path, source: str | None = GOOD, answers: str | None = ANSWERS,
+           name: str = "toy.py") -> Path:
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    if source is not None:
+        (folder / name).write_text(textwrap.dedent(source))
+    if answers is not None:
+        (folder / "answers.yml").write_text(answers)
+    return folder
+
+
+def run(tmp_path: Path, folder: Path):
+    out = tmp_path / "out"
+    report = grade(folder, "toy", out, TOY / "grading.yml")
+    results = json.loads((out / "results.json").read_text())
+    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(json.loads((out / "report.json").read_text()), "report.schema.json", "report.json")
+    assert (out / "report.md").read_text() and (out / "report.html").read_text()
+    return report, results, {t.name: t for t in report.tests}
+
+
+def test_correct_submission_gets_full_marks(tmp_path):
+    report, results, tests = run(tmp_path, submit(tmp_path))
+    assert report.score == report.max_score == 9  # the GPU test is left out and reweighted
+    assert [p.score for p in report.parts] == [2, 7]
+    assert tests["scale: keeps a CUDA tensor on its GPU"].status == "excluded"
+    assert results["score"] == 9 and len(results["tests"]) == 9
+    assert any("need a GPU" in w for w in report.warnings)
+
+
+def test_missing_answers_file_scores_zero_there_but_code_is_graded(tmp_path):
+    report, _, tests = run(tmp_path, submit(tmp_path, answers=None))
+    assert [p.score for p in report.parts] == [0, 7]
+    assert "no answers file" in tests["Q1 sum_shape"].message
+
+
+def test_syntax_error_fails_every_coding_test_with_the_reason(tmp_path):
+    report, _, tests = run(tmp_path, submit(tmp_path, "def add(a, b)\n    return a + b\n"))
+    assert [p.score for p in report.parts] == [2, 0]
+    coding = [t for t in report.tests if t.part == "coding" and t.status == "failed"]
+    assert len(coding) == 6
+    assert all("could not be imported: SyntaxError" in t.message and "line 1" in t.message
+               for t in coding)
+
+
+def test_missing_module_is_named(tmp_path):
+    report, _, tests = run(tmp_path, submit(tmp_path, name="solution.py"))
+    assert report.parts[1].score == 0
+    assert "no toy.py found in your submission (found: solution.py)" in \
+        tests["add: adds two integers"].message
+
+
+def test_renamed_upload_is_graded_with_a_warning(tmp_path):
+    report, _, _ = run(tmp_path, submit(tmp_path, name="toy (1).py"))
+    assert report.score == 9
+    assert any("'toy (1).py' was graded as toy.py" in w for w in report.warnings)
+
+
+def test_single_nested_folder_is_entered(tmp_path):
+    outer = tmp_path / "upload"
+    (outer / "hw").mkdir(parents=True)
+    (outer / "hw" / "toy.py").write_text(GOOD)
+    (outer / "hw" / "answers.yml").write_text(ANSWERS)
+    report, _, _ = run(tmp_path, outer)
+    assert report.score == 9 and any("inside the folder 'hw'" in w for w in report.warnings)
+
+
+HOSTILE = GOOD + """
+import os, signal, sys
+
+def add(a, b):
+    class Equal:
+        def __eq__(self, other):
+            return True
+    return Equal()
+
+def divide(a, b):
+    if b == 0:
+        os._exit(0)
+    return a / b
+
+def scale(x):
+    os.kill(os.getppid(), signal.SIGKILL)
+"""
+
+
+def test_hostile_functions_lose_only_their_own_tests(tmp_path):
+    report, results, tests = run(tmp_path, submit(tmp_path, HOSTILE))
+    assert tests["add: adds two integers"].status == "failed"
+    assert "cannot check" in tests["add: adds two integers"].message
+    assert tests["divide: divides"].status == "passed"
+    assert "exited with status 0 during divide" in \
+        tests["divide: raises ZeroDivisionError for a zero divisor"].message
+    assert "grading process was killed" in tests["scale: doubles a tensor"].message
+    assert report.parts[1].score == pytest.approx(2 * 7 / 7)  # only "divides" passed
+    assert len(results["tests"]) == 9
+
+
+def test_infinite_loop_and_sys_exit_are_contained(tmp_path):
+    source = GOOD + "\nimport sys\ndef add(a, b):\n    while True:\n        pass\n" \
+                    "\ndef scale(x):\n    sys.exit('bye')\n"
+    report, _, tests = run(tmp_path, submit(tmp_path, source))
+    assert "timed out after 3 s during add" in tests["add: adds two integers"].message
+    assert "sys.exit('bye')" in tests["scale: doubles a tensor"].message
+    assert tests["divide: divides"].status == "passed"
+
+
+def test_student_output_is_shown_when_configured(tmp_path):
+    source = GOOD + "\ndef scale(x):\n    print('debug!' * 2000)\n    return x * 2\n"
+    _, _, tests = run(tmp_path, submit(tmp_path, source))
+    output = tests["scale: doubles a tensor"].output
+    assert output.startswith("debug!") and "[output cut at 4 KiB]" in output
+
+
+def test_reports_hold_feedback_but_never_hidden_test_source(tmp_path):
+    folder = submit(tmp_path, GOOD.replace("a + b", "a - b"), "sum_shape: B\nfloat_types: [A]\n")
+    run(tmp_path, folder)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "That is sum(1)." in md and "sum(0) removes dimension 0." in md
+    assert "add(2, 3) should be 5" in md
+    assert "def test_" not in md and "probes." not in md
