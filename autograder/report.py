@@ -26,7 +26,8 @@ _ENV = jinja2.Environment(
 def gradescope_results(report: Report) -> dict:
     tests = []
     for number, t in _numbered(report.tests):
-        entry = {"name": t.name, "number": number, "score": t.score, "max_score": t.max_score,
+        entry = {"name": t.name, "number": number, "score": round(t.score, 4),
+                 "max_score": round(t.max_score, 4),
                  "output": _test_output(t), "visibility": t.visibility,
                  "tags": [t.part, t.item]}
         if t.status in ("passed", "failed"):  # pending/excluded: let Gradescope show the score
@@ -80,6 +81,8 @@ def write_outputs(report: Report, out: Path) -> None:
     """Write the four files; JSON is validated first, and each file is replaced atomically."""
     out.mkdir(parents=True, exist_ok=True)
     results, data = gradescope_results(report), asdict(report)
+    for test in data["tests"]:
+        test["score"], test["max_score"] = round(test["score"], 4), round(test["max_score"], 4)
     validate(results, "gradescope_results.schema.json", "results.json")
     validate(data, "report.schema.json", "report.json")
     context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES}

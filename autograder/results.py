@@ -92,7 +92,7 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
             continue
         if o.status == "grader_error":
             warnings.append(f"grader error in '{o.name}' (tell your instructor): {o.message}")
-        max_score = round(o.points * scale, 4)
+        max_score = o.points * scale  # rounded only when written
         passed = o.status == "passed"
         message = o.message
         if o.status == "skipped":

@@ -249,7 +249,7 @@ class Sandbox:
         process = self._ensure_started(timeout)
         process.send(request)
         left = max(0.1, timeout - (time.monotonic() - started))
-        reply = self._read(process, left, what)
+        reply = self._read(process, left, what, timeout)
         return _outcome(reply, what, function)
 
     def _ensure_started(self, timeout: float) -> _Process:
@@ -264,12 +264,14 @@ class Sandbox:
                 raise SandboxFailure("the sandbox did not start properly")
         return self._process
 
-    def _read(self, process: _Process, timeout: float, what: str) -> dict:
+    def _read(self, process: _Process, timeout: float, what: str,
+              limit: float | None = None) -> dict:
         try:
             return process.read(timeout)
         except wire.WireTimeout:
             self.restart()
-            raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") from None
+            limit = timeout if limit is None else limit
+            raise SandboxFailure(f"timed out after {limit:.0f} s during {what}") from None
         except wire.WireClosed:
             ended = process.how_it_ended()
             self.restart()

@@ -37,16 +37,16 @@ def run(tmp_path: Path, folder: Path):
 
 def test_correct_submission_gets_full_marks(tmp_path):
     report, results, tests = run(tmp_path, submit(tmp_path))
-    assert report.score == report.max_score == 9  # the GPU test is left out and reweighted
-    assert [p.score for p in report.parts] == [2, 7]
+    assert report.score == report.max_score == 10  # the GPU test is left out, the rest reweighted
+    assert [p.score for p in report.parts] == [2, 8]
     assert tests["scale: keeps a CUDA tensor on its GPU"].status == "excluded"
-    assert results["score"] == 9 and len(results["tests"]) == 9
+    assert results["score"] == 10 and len(results["tests"]) == 9
     assert any("need a GPU" in w for w in report.warnings)
 
 
 def test_missing_answers_file_scores_zero_there_but_code_is_graded(tmp_path):
     report, _, tests = run(tmp_path, submit(tmp_path, answers=None))
-    assert [p.score for p in report.parts] == [0, 7]
+    assert [p.score for p in report.parts] == [0, 8]
     assert "no answers file" in tests["Q1 sum_shape"].message
 
 
@@ -68,7 +68,7 @@ def test_missing_module_is_named(tmp_path):
 
 def test_renamed_upload_is_graded_with_a_warning(tmp_path):
     report, _, _ = run(tmp_path, submit(tmp_path, name="toy (1).py"))
-    assert report.score == 9
+    assert report.score == 10
     assert any("'toy (1).py' was graded as toy.py" in w for w in report.warnings)
 
 
@@ -78,7 +78,7 @@ def test_single_nested_folder_is_entered(tmp_path):
     (outer / "hw" / "toy.py").write_text(GOOD)
     (outer / "hw" / "answers.yml").write_text(ANSWERS)
     report, _, _ = run(tmp_path, outer)
-    assert report.score == 9 and any("inside the folder 'hw'" in w for w in report.warnings)
+    assert report.score == 10 and any("inside the folder 'hw'" in w for w in report.warnings)
 
 
 HOSTILE = GOOD + """
@@ -108,7 +108,7 @@ def test_hostile_functions_lose_only_their_own_tests(tmp_path):
     assert "exited with status 0 during divide" in \
         tests["divide: raises ZeroDivisionError for a zero divisor"].message
     assert "grading process was killed" in tests["scale: doubles a tensor"].message
-    assert report.parts[1].score == pytest.approx(2 * 7 / 7)  # only "divides" passed
+    assert report.parts[1].score == pytest.approx(2 * 8 / 7, abs=1e-4)  # only "divides" passed
     assert len(results["tests"]) == 9
 
 

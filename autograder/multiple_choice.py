@@ -1,0 +1,327 @@
+"""Trusted multiple-choice grader: a student's answers.yml / answers.json against the bank's key.
+
+Runs in the trusted parent. The answers file is student data, so it is parsed with a safe YAML
+loader (tags that would construct Python objects are refused), size-capped, and never aborts
+grading: a missing or broken file gives 0 points with a message on every question, and a bad
+answer makes only its own question "invalid".
+
+Answers are normalised before validation against the answers schema (see
+``autograder.questions.answers_schema``): letters are stripped and upper-cased; for a
+single-answer question a one-letter list counts as that letter, for a select-all question one
+letter counts as a one-element list; null, "" and [] mean unanswered.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from autograder.questions import Question, QuestionBank, answers_schema
+
+ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
+NO_FILE_MESSAGE = "no answers file found (expected answers.yml or answers.json)"
+MAX_ANSWERS_BYTES = 256 * 1024  # a real answers file is well under 2 KiB
+
+CORRECT, INCORRECT, UNANSWERED, INVALID = "correct", "incorrect", "unanswered", "invalid"
+
+
+@dataclass
+class QuestionResult:
+    id: str
+    title: str  # e.g. "Q3 dp_global_batch_size"
+    score: float
+    max_score: float
+    status: str  # "correct" | "incorrect" | "unanswered" | "invalid"
+    given: list[str]
+    message: str  # for the student; never reveals the key
+    key: list[str]  # shown only once the key is released (the caller decides)
+    explanation: str  # likewise
+
+
+@dataclass
+class MultipleChoiceGrade:
+    results: list[QuestionResult]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(r.score for r in self.results)
+
+    @property
+    def max_score(self) -> float:
+        return sum(r.max_score for r in self.results)
+
+
+@dataclass
+class DuplicateAnswer:
+    """A question id given more than once in the file: ambiguous, so that question is invalid."""
+
+    values: list[Any]
+    lines: list[int | None]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+class _AnswersLoader(yaml.SafeLoader):
+    """SafeLoader that records duplicate mapping keys instead of silently keeping the last."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
+        self.flatten_mapping(node)
+        mapping: dict[Any, Any] = {}
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    "found an unhashable key", key_node.start_mark)
+            value = self.construct_object(value_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key not in mapping:
+                mapping[key], first_line[key] = value, line
+                continue
+            previous = mapping[key]
+            if not isinstance(previous, DuplicateAnswer):
+                previous = DuplicateAnswer([previous], [first_line[key]])
+            previous.values.append(value)
+            previous.lines.append(line)
+            mapping[key] = previous
+        return mapping
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in mapping:
+            previous = mapping[key]
+            if not isinstance(previous, DuplicateAnswer):
+                previous = DuplicateAnswer([previous], [None])
+            previous.values.append(value)
+            previous.lines.append(None)
+            value = previous
+        mapping[key] = value
+    return mapping
+
+
+def _yaml_error(name: str, exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    if "could not determine a constructor for the tag" in problem:
+        tag = problem.split("tag", 1)[1].strip().strip("'").replace("tag:yaml.org,2002:", "!!")
+        return (f"{name}{where}: the YAML tag {tag} is not allowed; answers may only hold "
+                "letters and lists of letters, e.g. dp_chunk_sizes: B")
+    return f"{name} is not valid YAML{where}: {problem}"
+
+
+def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:
+    """Parse an answers file (YAML or JSON, by extension).
+
+    Returns ``(answers, errors)``. ``errors`` are file-level problems, each naming the file and,
+    where the parser knows it, the line and column; when there are any, ``answers`` is empty.
+    A question id given twice maps to a ``DuplicateAnswer``.
+    """
+    name = path.name
+    suffix = path.suffix.lower()
+    if suffix not in (".yml", ".yaml", ".json"):
+        return {}, [f"{name}: unsupported file type; use answers.yml or answers.json"]
+    try:
+        size = path.stat().st_size
+        if size > MAX_ANSWERS_BYTES:
+            return {}, [f"{name} is too large ({size} bytes, limit {MAX_ANSWERS_BYTES})"]
+        raw = path.read_bytes()
+    except OSError as exc:
+        return {}, [f"{name} could not be read: {exc.strerror or exc}"]
+    try:
+        text = raw.decode("utf-8-sig")  # tolerate the BOM some editors add
+    except UnicodeDecodeError as exc:
+        return {}, [f"{name} is not UTF-8 text (bad byte at offset {exc.start})"]
+
+    try:
+        if suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_json_pairs)
+        else:
+            data = yaml.load(text, Loader=_AnswersLoader)  # a SafeLoader subclass
+    except json.JSONDecodeError as exc:
+        return {}, [f"{name} is not valid JSON at line {exc.lineno}, column {exc.colno}: "
+                    f"{exc.msg}"]
+    except yaml.YAMLError as exc:
+        return {}, [_yaml_error(name, exc)]
+    except RecursionError:
+        return {}, [f"{name} is nested too deeply to be an answers file"]
+
+    if data is None:  # empty (or only comments): nothing answered, not an error
+        return {}, []
+    if not isinstance(data, dict):
+        kind = {list: "a list", str: "a single text value"}.get(type(data), type(data).__name__)
+        return {}, [f"{name}: the top level must be a mapping from question id to answer "
+                    f"(e.g. dp_chunk_sizes: B), but it is {kind}"]
+    return data, []
+
+
+def find_answers_file(directory: Path) -> tuple[Path | None, list[str]]:
+    """The answers file in a submission directory, and a warning if there are several."""
+    found = [directory / n for n in ANSWER_FILE_NAMES if (directory / n).is_file()]
+    if not found:
+        return None, []
+    warnings = []
+    if len(found) > 1:
+        warnings.append(f"several answers files found ({', '.join(p.name for p in found)}); "
+                        f"graded {found[0].name} only")
+    return found[0], warnings
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def _show(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) \
+        else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _given(value: Any) -> list[str]:
+    """What the student gave, as short strings for reports."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [x if isinstance(x, str) else _show(x) for x in value[:26]]
+    return [value if isinstance(value, str) else _show(value)]
+
+
+def normalise_answer(question: Question, value: Any) -> Any:
+    """Strip and upper-case letters; one letter <-> one-element list as the question expects.
+
+    Returns None for an unanswered question. Anything else that is not a letter is returned as it
+    is, for the schema to reject with a precise message.
+    """
+    if isinstance(value, str):
+        value = value.strip().upper()
+    elif isinstance(value, list):
+        value = [x.strip().upper() if isinstance(x, str) else x for x in value]
+    if value in (None, "", []):
+        return None
+    if question.multiple and isinstance(value, str) and len(value) == 1:
+        return [value]
+    if not question.multiple and isinstance(value, list) and len(value) == 1:
+        return value[0]
+    return value
+
+
+def _range(question: Question) -> str:
+    letters = question.letters
+    return f"{letters[0]}-{letters[-1]}"
+
+
+def _problem(question: Question, value: Any, schema: dict[str, Any]) -> str | None:
+    """Why a normalised answer is invalid, or None when it is valid."""
+    span = _range(question)
+    kind = "a list" if isinstance(value, list) else type(value).__name__
+    # Shape first, so the schema only sees letters and lists of letters (cheap, precise).
+    if question.multiple:
+        if isinstance(value, str):
+            return (f"select-all question: give a list of letters from {span}, e.g. [A, C], "
+                    f"not the text {_show(value)}")
+        if not isinstance(value, list):
+            return f"select-all question: expected a list of letters from {span}, got {kind}"
+        for i, item in enumerate(value, start=1):
+            if not isinstance(item, str):
+                return f"item {i} of the list ({_show(item)}) is not a letter from {span}"
+    else:
+        if isinstance(value, list):
+            return (f"expects exactly one letter from {span}, but got several: "
+                    f"{', '.join(map(str, value))}")
+        if not isinstance(value, str):
+            return f"expected one letter from {span}, got {kind} {_show(value)}"
+    try:
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(schema).iter_errors(value))
+    except RecursionError:
+        return "the answer is nested too deeply"
+    if error is None:
+        return None
+    if error.validator == "uniqueItems":
+        repeated = sorted({x for x in value if value.count(x) > 1})
+        return f"lists {', '.join(repeated)} more than once"
+    if error.validator == "enum":
+        bad = value if isinstance(value, str) else error.instance
+        return f"{_show(bad)} is not one of the options {span}"
+    return f"not a valid answer ({error.message})"
+
+
+def _grade_one(question: Question, raw: Any, schema: dict[str, Any]) -> QuestionResult:
+    def result(status: str, score: float, given: list[str], message: str) -> QuestionResult:
+        return QuestionResult(question.id, question.title, score, question.points, status,
+                              given, message, list(question.answer), question.explanation)
+
+    if isinstance(raw, DuplicateAnswer):
+        where = ", ".join(f"line {n}" for n in raw.lines if n is not None)
+        return result(INVALID, 0.0, [], f"{question.title}: answered more than once"
+                      f"{f' ({where})' if where else ''}; keep a single answer")
+    value = normalise_answer(question, raw)
+    if value is None:
+        return result(UNANSWERED, 0.0, [], "not answered")
+    problem = _problem(question, value, schema)
+    if problem:
+        return result(INVALID, 0.0, _given(raw), f"{question.title}: {problem}")
+
+    given = value if isinstance(value, list) else [value]
+    if question.multiple:
+        right = set(given) == set(question.answer)
+    else:
+        right = value in question.answer
+    if right:
+        return result(CORRECT, question.points, given, "correct")
+
+    lines = []
+    for letter in given:
+        if letter in question.feedback:
+            prefix = f"You selected {letter}: " if question.multiple else f"{letter}: "
+            lines.append(prefix + question.feedback[letter])
+    if question.multiple and not set(question.answer) <= set(given):
+        lines.append("At least one correct option is missing from your selection.")
+    lines.append(f"Hint: {question.hint}")
+    return result(INCORRECT, 0.0, given, "\n".join(lines))
+
+
+def _all_zero(bank: QuestionBank, status: str, message: str,
+              warnings: list[str]) -> MultipleChoiceGrade:
+    results = [QuestionResult(q.id, q.title, 0.0, q.points, status, [], message,
+                              list(q.answer), q.explanation) for q in bank.questions]
+    return MultipleChoiceGrade(results, warnings)
+
+
+def grade_answers(bank: QuestionBank, answers_path: Path | None) -> MultipleChoiceGrade:
+    """Grade an answers file against the bank. Never raises on bad student input."""
+    if answers_path is None or not answers_path.is_file():
+        return _all_zero(bank, UNANSWERED, NO_FILE_MESSAGE, [])
+    answers, errors = load_answers(answers_path)
+    if errors:
+        return _all_zero(bank, INVALID, "; ".join(errors), [])
+
+    warnings = []
+    if not answers:
+        warnings.append(f"{answers_path.name} holds no answers")
+    unknown = [k for k in answers if not (isinstance(k, str) and k in bank.by_id)]
+    if unknown:
+        described = []
+        for key in unknown:
+            close = difflib.get_close_matches(str(key), list(bank.by_id), n=1)
+            described.append(f"{str(key)!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        warnings.append(f"{answers_path.name}: unknown question id(s) ignored: "
+                        f"{', '.join(described)}")
+
+    properties = answers_schema(bank)["properties"]
+    results = [_grade_one(q, answers.get(q.id), properties[q.id]) for q in bank.questions]
+    return MultipleChoiceGrade(results, warnings)

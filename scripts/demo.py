@@ -1,0 +1,64 @@
+"""`make demo`: grade the bundled example submissions of dp_basics and print a score table.
+
+The examples are the reference solution with the full key, the blank student template with no
+answers, and a partly correct submission (assignments/dp_basics/examples/partial). The first two
+are derived from the sources here, so they can never drift from them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from autograder.assignment import load_assignment
+from autograder.grade import grade_loaded
+from autograder.markers import reference, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "demo-out"
+
+
+def build_examples(folder: Path) -> list[Path]:
+    assignment = load_assignment("dp_basics")
+    source = assignment.solution.read_text()
+    key = {q.id: (list(q.answer) if q.multiple else q.answer[0])
+           for q in assignment.bank.questions}
+    ref, blank = folder / "reference", folder / "blank"
+    for path in (ref, blank):
+        path.mkdir(parents=True)
+    (ref / "dp_basics.py").write_text(reference(source))
+    (ref / "answers.yml").write_text(yaml.safe_dump(key, sort_keys=False))
+    (blank / "dp_basics.py").write_text(strip_solutions(source))
+    partial = folder / "partial"
+    shutil.copytree(assignment.root / "examples" / "partial", partial)
+    return [ref, blank, partial]
+
+
+def main() -> int:
+    shutil.rmtree(OUT, ignore_errors=True)
+    submissions = build_examples(OUT / "submissions")
+    assignment = load_assignment("dp_basics")
+    rows = []
+    for submission in submissions:
+        started = time.monotonic()
+        out = OUT / "reports" / submission.name
+        report = grade_loaded(submission, assignment, out)
+        mc, coding = report.parts
+        rows.append((submission.name, f"{mc.score:g}/{mc.max_score:g}",
+                     f"{coding.score:g}/{coding.max_score:g}",
+                     f"{report.score:g}/{report.max_score:g}",
+                     f"{time.monotonic() - started:.1f}s", str(out.relative_to(ROOT))))
+    header = ("submission", "multiple choice", "coding", "total", "time", "reports")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+    print(f"\nOpen {OUT.relative_to(ROOT)}/reports/<submission>/report.html for each report.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

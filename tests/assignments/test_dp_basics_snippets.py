@@ -1,0 +1,119 @@
+"""Run every dp_basics snippet on this machine and check it does what the bank says it does.
+
+Each snippet runs in its own fresh `python -I` process (two at a time) and is compared with its
+expectation for this machine: no_gpu, one_gpu or multi_gpu. A CPU-only run checks the no_gpu
+column; GPU graders check theirs. Then the key is checked against those recorded outcomes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from autograder.questions import Outcome, Question, load_bank
+from autograder.snippets import (
+    SnippetOutcome,
+    check_snippet,
+    compare_outcome,
+    current_environment,
+    run_snippet,
+)
+
+BANK = load_bank()
+SNIPPET_QUESTIONS = [q for q in BANK.questions if q.snippet is not None]
+
+
+@pytest.fixture(scope="module")
+def snippet_problems() -> dict[str, list[str]]:
+    env = current_environment()
+    with ThreadPoolExecutor(2) as pool:  # each snippet is a process importing torch: ~2 s
+        problems = list(pool.map(lambda q: check_snippet(q, env, timeout=120), SNIPPET_QUESTIONS))
+    return {q.id: p for q, p in zip(SNIPPET_QUESTIONS, problems, strict=True)}
+
+
+@pytest.mark.parametrize("qid", [q.id for q in SNIPPET_QUESTIONS])
+def test_snippet_does_what_the_bank_says(qid: str, snippet_problems: dict[str, list[str]]) -> None:
+    assert snippet_problems[qid] == []
+
+
+def _stdout(q: Question, env: str) -> str:
+    assert q.snippet is not None
+    outcome = q.snippet.expect[env]
+    assert outcome.stdout is not None, f"{q.id}: expected a printed result on {env}"
+    return outcome.stdout
+
+
+# The machine each stem names, and how the keyed option reads the recorded outcome there.
+# Ties the key to the snippets: if an expectation changes, the key has to be revisited.
+def test_key_agrees_with_the_recorded_outcomes() -> None:
+    q = BANK.by_id
+    assert q["dp_cpu_model_output_shape"].options["C"] == _stdout(
+        q["dp_cpu_model_output_shape"], "no_gpu")
+    assert q["dp_cpu_model_output_shape"].answer == ("C",)
+    assert q["dp_two_gpu_output_shape"].options["A"] == _stdout(
+        q["dp_two_gpu_output_shape"], "multi_gpu")
+    assert q["dp_two_gpu_output_shape"].answer == ("A",)
+
+    not_on_device0 = q["dp_module_not_on_device0"]
+    assert not_on_device0.answer == ("D",)
+    assert not_on_device0.snippet and not_on_device0.snippet.expect["multi_gpu"].raises == (
+        "RuntimeError",)
+    assert not_on_device0.options["D"].startswith("It raises RuntimeError")
+
+    running_stats = q["dp_batchnorm_running_stats"]
+    assert running_stats.answer == ("B",)
+    assert running_stats.options["B"].startswith(_stdout(running_stats, "multi_gpu") + ",")
+
+    for qid in ("ddp_sampler_set_epoch", "ddp_sampler_padding", "syncbn_convert"):
+        (letter,) = q[qid].answer
+        for env in ("no_gpu", "one_gpu", "multi_gpu"):
+            assert q[qid].options[letter] == _stdout(q[qid], env), qid
+
+    grads = q["ddp_gradient_averaging"]
+    assert grads.options[grads.answer[0]] == _stdout(grads, "no_gpu").replace("\n", " / ")
+
+    chunks = q["dp_chunk_sizes"]
+    assert chunks.options["B"] == _stdout(chunks, "no_gpu").splitlines()[0].strip("[]")
+
+    fix = q["dp_state_dict_fix"]
+    words = _stdout(fix, "no_gpu").split()
+    assert set(fix.answer) == {words[i] for i in range(0, len(words), 2) if words[i + 1] == "True"}
+    numpy_fix = q["numpy_float64_fix"]
+    words = _stdout(numpy_fix, "no_gpu").split()
+    assert set(numpy_fix.answer) == {words[i] for i in range(0, len(words), 2)
+                                     if words[i + 1] == "ok"}
+
+
+# ------------------------------------------------------------------ the runner itself
+
+
+def test_runner_records_the_exception_type_and_message() -> None:
+    outcome = run_snippet("print('before')\nraise KeyError('no such key')\n", timeout=30)
+    assert outcome.stdout == "before"
+    assert (outcome.exc_type, outcome.exc_message) == ("KeyError", "'no such key'")
+
+
+def test_runner_runs_the_snippet_as_main_in_isolated_mode() -> None:
+    outcome = run_snippet("import os, sys\nprint(__name__, sys.flags.isolated, "
+                          "os.environ['OMP_NUM_THREADS'])\n", timeout=30)
+    assert outcome.stdout == "__main__ 1 1"
+
+
+def test_runner_times_out() -> None:
+    outcome = run_snippet("import time\ntime.sleep(30)\n", timeout=1)
+    assert outcome.timed_out
+
+
+def test_mismatches_are_reported() -> None:
+    printed = SnippetOutcome(stdout="torch.Size([2, 1])", stderr="", returncode=0)
+    raised = SnippetOutcome(stdout="", stderr="", returncode=1, exc_type="RuntimeError",
+                            exc_message="module must have its parameters")
+    assert compare_outcome(Outcome(stdout="torch.Size([2, 1])"), printed) == []
+    assert compare_outcome(Outcome(stdout="torch.Size([1, 2])"), printed)
+    assert compare_outcome(Outcome(raises=("RuntimeError",)), printed)
+    assert compare_outcome(Outcome(raises=("AssertionError", "RuntimeError"),
+                                   match="parameters"), raised) == []
+    assert compare_outcome(Outcome(raises=("RuntimeError",), match="buffers$"), raised)
+    assert compare_outcome(Outcome(raises=("ValueError",)), raised)
+    assert compare_outcome(Outcome(stdout=""), raised)
