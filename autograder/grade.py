@@ -6,7 +6,9 @@ This is the trusted parent: it never imports torch, student code or the hidden t
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +45,11 @@ def grade_loaded(submission: Path, assignment: Assignment, out: Path,
     try:
         outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
+        if os.environ.get("AUTOGRADER_KEEP_WORKDIR"):
+            print(f"autograder: kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     if files.module_problem:
         warnings.append(f"coding part: {files.module_problem}")
     warnings += coding_warnings
