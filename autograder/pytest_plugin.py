@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from . import sandbox as sandbox_module
-from .sandbox import Sandbox, SandboxFailure, SandboxLimits, StudentError, run_ranks
+from .sandbox import Sandbox, SandboxFailure, SandboxLimits, StudentError
 from .sandbox_runtime.codec import CodecError
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -135,9 +135,8 @@ class Student:
             # Each attempt gets an equal share of what is left, so a retry always fits.
             budget = left / (attempts - attempt)
             try:
-                return run_ranks(sandbox.sandbox_dir, sandbox.module_name, sandbox.limits,
-                                 _probe_name(fn), world_size, args, budget,
-                                 self._plugin.rank_output_dir(), self._spec.function)
+                return sandbox.run_ranks(_probe_name(fn), world_size, args, budget,
+                                         self._plugin.rank_output_dir(), self._spec.function)
             except SandboxFailure:
                 # gloo on CPU sometimes crashes or hangs on its own: retry before blaming.
                 if attempt == attempts - 1:
@@ -283,7 +282,7 @@ class GradingPlugin:
 
     def pytest_sessionfinish(self) -> None:
         if self.sandbox is not None:
-            self.sandbox.restart()
+            self.sandbox.close()
 
 
 def _cuda_available() -> bool:

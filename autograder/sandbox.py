@@ -12,13 +12,16 @@ import ctypes
 import json
 import os
 import pickle
+import queue
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -127,26 +130,129 @@ def _limit(limits: SandboxLimits) -> Callable[[], None]:
     return apply
 
 
-class _Process:
-    """One sandbox process with its request and reply pipes and captured output file."""
+def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path: Path,
+          pass_fds: tuple[int, ...]) -> subprocess.Popen:
+    """Start a fresh sandbox interpreter (the zygote) with every limit applied."""
+    with open(output_path, "ab") as out:
+        popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv],
+            cwd=sandbox_dir, env=sandbox_env(sandbox_dir), stdin=subprocess.DEVNULL,
+            stdout=out, stderr=out, pass_fds=pass_fds, start_new_session=True,
+            preexec_fn=_limit(limits))
+    if on_process_start is not None:
+        on_process_start(popen.pid)
+    return popen
 
-    def __init__(self, sandbox_dir: Path, module_name: str, mode: str, limits: SandboxLimits,
-                 output_path: Path) -> None:
-        request_r, self.request_w = os.pipe()
-        self.reply_r, reply_w = os.pipe()
-        self.output_path = output_path
-        with open(output_path, "ab") as out:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), mode,
-                 str(request_r), str(reply_w), module_name],
-                cwd=sandbox_dir, env=sandbox_env(sandbox_dir), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=out, pass_fds=(request_r, reply_w),
-                start_new_session=True, preexec_fn=_limit(limits),
-            )
-        os.close(request_r)
-        os.close(reply_w)
+
+class Zygote:
+    """A sandbox process that has imported torch and forks a fresh worker per request.
+
+    Forking skips the ~1.5 s interpreter and torch start-up of every sandbox process, while each
+    worker still starts clean: the zygote never imports student code. Its messages come from the
+    sandbox side, so they are parsed as untrusted data.
+    """
+
+    def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
+                           (theirs.fileno(),))
+        theirs.close()
+        self._socket = ours
+        self._spawned: queue.Queue[int | None] = queue.Queue()
+        self._statuses: dict[int, int] = {}
+        self._changed = threading.Condition()
+        self.alive = True
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                data = self._socket.recv(4096)
+                message = json.loads(data) if data else None
+            except (OSError, ValueError):
+                message = None
+            if type(message) is not dict:
+                break
+            if type(message.get("spawned")) is int:
+                self._spawned.put(message["spawned"])
+            elif type(message.get("exited")) is int and type(message.get("status")) is int:
+                with self._changed:
+                    self._statuses[message["exited"]] = message["status"]
+                    self._changed.notify_all()
+        with self._changed:
+            self.alive = False
+            self._changed.notify_all()
+        self._spawned.put(None)
+
+    def spawn(self, mode: str, module_name: str, output_path: Path,
+              timeout: float = 60.0) -> tuple[int, int, int]:
+        """Fork a worker; returns (pid, request fd to write, reply fd to read)."""
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        out = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            socket.send_fds(self._socket, [json.dumps({"mode": mode, "module": module_name})
+                                           .encode()], [request_r, reply_w, out])
+            pid = self._spawned.get(timeout=timeout)
+        except (OSError, queue.Empty):
+            pid = None
+        finally:
+            for fd in (request_r, reply_w, out):
+                os.close(fd)
+        # Only a child of this zygote may be signalled later: a forged pid is refused.
+        if pid is None or _parent_of(pid) != self.popen.pid:
+            for fd in (request_w, reply_r):
+                os.close(fd)
+            self.close()
+            raise SandboxFailure("the sandbox could not start a process for your code")
         if on_process_start is not None:
-            on_process_start(self.popen.pid)
+            on_process_start(pid)
+        return pid, request_w, reply_r
+
+    def wait_status(self, pid: int, timeout: float) -> int | None:
+        """The raw wait status of a forked worker, once the zygote has reaped it."""
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._statuses or not self.alive, timeout)
+            return self._statuses.pop(pid, None)
+
+    def close(self) -> None:
+        self.alive = False
+        _kill_group(self.popen.pid)
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._socket.close()
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Process:
+    """One forked sandbox worker with its request and reply pipes."""
+
+    def __init__(self, zygote: Zygote, module_name: str, mode: str, output_path: Path) -> None:
+        self.zygote = zygote
+        self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path)
+        self._status: int | None = None
+
+    def _wait(self, timeout: float) -> int | None:
+        if self._status is None:
+            self._status = self.zygote.wait_status(self.pid, timeout)
+        return self._status
 
     def send(self, request: dict) -> None:
         try:
@@ -166,11 +272,11 @@ class _Process:
         return reply
 
     def how_it_ended(self) -> str:
-        try:
-            code = self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        status = self._wait(timeout=5)
+        if status is None:
             self.kill()
             return "stopped answering"
+        code = os.waitstatus_to_exitcode(status)
         if code >= 0:
             return f"exited with status {code}"
         name = signal.Signals(-code).name
@@ -179,16 +285,9 @@ class _Process:
         return f"was killed by {name}{why}"
 
     def kill(self) -> None:
-        for target in (lambda: os.killpg(self.popen.pid, signal.SIGKILL),
-                       lambda: self.popen.kill()):
-            try:
-                target()
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        if self._status is None:
+            _kill_group(self.pid)
+            self._wait(timeout=5)
         for fd in (self.request_w, self.reply_r):
             try:
                 os.close(fd)
@@ -230,8 +329,18 @@ class Sandbox:
                  output_path: Path) -> None:
         self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
         self.output_path = output_path
+        self._zygote: Zygote | None = None
         self._process: _Process | None = None
         self._output_offset = 0
+
+    def zygote(self) -> Zygote:
+        """The submission's zygote, started again if student code killed it."""
+        if self._zygote is None or not self._zygote.alive:
+            if self._zygote is not None:
+                self._zygote.close()
+            log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
+            self._zygote = Zygote(self.sandbox_dir, self.limits, log)
+        return self._zygote
 
     def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None) -> Any:
         return self._request({"op": "call", "name": name, "args": tuple(args),
@@ -254,8 +363,7 @@ class Sandbox:
 
     def _ensure_started(self, timeout: float) -> _Process:
         if self._process is None:
-            process = _Process(self.sandbox_dir, self.module_name, "serve", self.limits,
-                               self.output_path)
+            process = _Process(self.zygote(), self.module_name, "serve", self.output_path)
             self._process = process
             # Importing torch and the student's module counts against the first call's time.
             ready = self._read(process, max(timeout, 60.0), "the import of your module")
@@ -286,6 +394,45 @@ class Sandbox:
             self._process.kill()
             self._process = None
 
+    def close(self) -> None:
+        """Kill every process of this sandbox, the zygote included."""
+        self.restart()
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+
+    def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
+                  output_dir: Path, function: str) -> list[Any]:
+        """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers."""
+        port = free_port()
+        what = f"{function} (scenario {probe}, {world_size} processes)"
+        processes: list[_Process] = []
+        try:
+            for rank in range(world_size):
+                processes.append(_Process(self.zygote(), self.module_name, "once",
+                                          output_dir / f"rank{rank}.log"))
+            for rank, process in enumerate(processes):
+                process.send({"op": "probe", "name": probe,
+                              "args": (rank, world_size, port, *args), "kwargs": {}})
+            deadline = time.monotonic() + timeout
+            replies = []
+            for rank, process in enumerate(processes):
+                try:
+                    replies.append(process.read(max(0.1, deadline - time.monotonic())))
+                except wire.WireTimeout:
+                    raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") \
+                        from None
+                except wire.WireClosed:
+                    raise SandboxFailure(f"your code {process.how_it_ended()} in rank {rank} "
+                                         f"during {what}") from None
+                except (wire.WireTooLarge, codec.CodecError) as exc:
+                    raise SandboxFailure(f"rank {rank} sent back an unreadable reply: {exc}") \
+                        from None
+            return [_outcome(reply, what, function) for reply in replies]
+        finally:
+            for process in processes:
+                process.kill()
+
     def take_output(self) -> tuple[str, bool]:
         """Output written since the last call, capped; and whether it was cut."""
         try:
@@ -300,43 +447,8 @@ class Sandbox:
         return data[: self.limits.output_bytes].decode("utf-8", "replace"), cut
 
 
-def run_ranks(sandbox_dir: Path, module_name: str, limits: SandboxLimits, probe: str,
-              world_size: int, args: Sequence, timeout: float, output_dir: Path,
-              function: str) -> list[Any]:
-    """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes."""
-    port = free_port()
-    what = f"{function} (scenario {probe}, {world_size} processes)"
-    processes = [
-        _Process(sandbox_dir, module_name, "once", limits, output_dir / f"rank{rank}.log")
-        for rank in range(world_size)
-    ]
-    try:
-        for rank, process in enumerate(processes):
-            process.send({"op": "probe", "name": probe,
-                          "args": (rank, world_size, port, *args), "kwargs": {}})
-        deadline = time.monotonic() + timeout
-        replies = []
-        for rank, process in enumerate(processes):
-            left = deadline - time.monotonic()
-            try:
-                replies.append(process.read(max(0.1, left)))
-            except wire.WireTimeout:
-                raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") from None
-            except wire.WireClosed:
-                raise SandboxFailure(
-                    f"your code {process.how_it_ended()} in rank {rank} during {what}") from None
-            except (wire.WireTooLarge, codec.CodecError) as exc:
-                raise SandboxFailure(f"rank {rank} sent back an unreadable reply: {exc}") from None
-        return [_outcome(reply, what, function) for reply in replies]
-    finally:
-        for process in processes:
-            process.kill()
-
-
 def free_port() -> int:
     """A free TCP port on loopback for a gloo rendezvous."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -31,4 +31,4 @@ def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
 
     yield make
     for sandbox in made:
-        sandbox.restart()
+        sandbox.close()

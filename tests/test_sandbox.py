@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from autograder.sandbox import SandboxFailure, StudentError, run_ranks
+from autograder.sandbox import SandboxFailure, StudentError
 
 STUDENT = """
 import os, signal, sys, time
@@ -107,7 +107,7 @@ def test_failures_are_explained_and_the_sandbox_recovers(make_sandbox, name, mes
 def test_hangs_time_out_and_are_killed(make_sandbox, name):
     sandbox = make_sandbox(STUDENT)
     sandbox.call("add", (1, 1), {})
-    pid = sandbox._process.popen.pid
+    pid = sandbox._process.pid
     with pytest.raises(SandboxFailure, match=f"timed out after 1 s during {name}"):
         sandbox.call(name, (), {}, timeout=1)
     with pytest.raises(ProcessLookupError):
@@ -192,8 +192,7 @@ def test_probes_run_next_to_the_student_module(make_sandbox):
 
 def test_ranks_run_in_separate_processes(make_sandbox, tmp_path):
     sandbox = make_sandbox(STUDENT, PROBES)
-    results = run_ranks(sandbox.sandbox_dir, "dp_basics", sandbox.limits, "rank_value", 2,
-                        (10,), 60, tmp_path, "add")
+    results = sandbox.run_ranks("rank_value", 2, (10,), 60, tmp_path, "add")
     assert [r["value"] for r in results] == [10, 11]
     assert results[0]["port"] == results[1]["port"] > 0
 
@@ -201,13 +200,12 @@ def test_ranks_run_in_separate_processes(make_sandbox, tmp_path):
 def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
     sandbox = make_sandbox(STUDENT, PROBES)
     with pytest.raises(SandboxFailure, match="exited with status 7 in rank 1"):
-        run_ranks(sandbox.sandbox_dir, "dp_basics", sandbox.limits, "rank_crash", 2, (), 60,
-                  tmp_path, "add")
+        sandbox.run_ranks("rank_crash", 2, (), 60, tmp_path, "add")
 
 
 def test_sandbox_process_leads_its_own_process_group(make_sandbox):
     sandbox = make_sandbox(STUDENT)
     sandbox.call("add", (1, 1), {})
-    pid = sandbox._process.popen.pid
+    pid = sandbox._process.pid
     assert os.getpgid(pid) == pid != os.getpgid(0)
     assert signal.SIGKILL  # the group is what restart() kills

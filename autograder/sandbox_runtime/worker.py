@@ -20,7 +20,78 @@ from . import codec, wire
 
 
 def main(argv: list[str]) -> None:
-    mode, request_fd, reply_fd, module_name = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    if argv[0] == "zygote":
+        zygote(int(argv[1]))
+    serve(argv[0], int(argv[1]), int(argv[2]), argv[3])
+
+
+def zygote(control_fd: int) -> None:
+    """Import torch once, then fork a fresh worker per request (never importing student code).
+
+    Requests arrive on a SOCK_SEQPACKET socket with three descriptors (request pipe, reply pipe,
+    output file); each child's pid is sent back when forked and its wait status when it ends.
+    """
+    import select
+    import signal
+    import socket
+
+    import torch
+    import torch.distributed  # noqa: F401 - the heavy imports every child would repeat
+    import torch.nn.parallel  # noqa: F401
+
+    # Threads before a fork can deadlock the child: keep torch single-threaded, do no math here.
+    torch.set_num_threads(1)
+    control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: set[int] = set()
+    while True:
+        ready = select.select([control, wake_r], [], [])[0]
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                control.send(json.dumps({"exited": pid, "status": status}).encode())
+        if control not in ready:
+            continue
+        message, fds, _, _ = socket.recv_fds(control, 4096, 3)
+        if not message:
+            os._exit(0)  # the runner is gone; children die with us (PDEATHSIG)
+        spec = json.loads(message)
+        pid = os.fork()
+        if pid == 0:
+            _become_worker(spec, fds, control, wake_r, wake_w)
+        for fd in fds:
+            os.close(fd)
+        children.add(pid)
+        control.send(json.dumps({"spawned": pid}).encode())
+
+
+def _become_worker(spec: dict, fds: list[int], *inherited: Any) -> None:
+    import ctypes
+    import signal
+
+    try:
+        for thing in inherited:
+            os.close(thing if isinstance(thing, int) else thing.detach())
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()  # its own process group, killed as a whole
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with the zygote
+        request_fd, reply_fd, output_fd = fds
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        os.close(output_fd)
+        serve(spec["mode"], request_fd, reply_fd, spec["module"])
+    finally:
+        os._exit(70)
+
+
+def serve(mode: str, request_fd: int, reply_fd: int, module_name: str) -> None:
     import torch
 
     torch.set_num_threads(1)
