@@ -275,7 +275,8 @@ class _Process:
         status = self._wait(timeout=5)
         if status is None:
             self.kill()
-            return "stopped answering"
+            return "stopped answering" if self.zygote.alive else \
+                "ended when its sandbox's parent process was killed"
         code = os.waitstatus_to_exitcode(status)
         if code >= 0:
             return f"exited with status {code}"

@@ -96,7 +96,9 @@ def divide(a, b):
     return a / b
 
 def scale(x):
-    os.kill(os.getppid(), signal.SIGKILL)
+    # The grandparent is the trusted runner (the parent is the sandbox's zygote).
+    stat = open(f"/proc/{os.getppid()}/stat").read()
+    os.kill(int(stat.rsplit(")", 1)[1].split()[1]), signal.SIGKILL)
 """
 
 
@@ -110,6 +112,16 @@ def test_hostile_functions_lose_only_their_own_tests(tmp_path):
     assert "grading process was killed" in tests["scale: doubles a tensor"].message
     assert report.parts[1].score == pytest.approx(2 * 8 / 7, abs=1e-4)  # only "divides" passed
     assert len(results["tests"]) == 9
+
+
+def test_killing_the_parent_process_is_contained(tmp_path):
+    source = GOOD + "\nimport os\ndef add(a, b):\n    os.kill(os.getppid(), 9)\n" \
+                    "    os.kill(os.getpid(), 9)\n"
+    report, _, tests = run(tmp_path, submit(tmp_path, source))
+    assert [t.status for t in report.tests if t.item == "add"] == ["failed"] * 3
+    assert "sandbox's parent process was killed" in tests["add: adds two integers"].message
+    assert [t.status for t in report.tests if t.item in ("divide", "scale")] == \
+        ["passed"] * 3 + ["excluded"]
 
 
 def test_infinite_loop_and_sys_exit_are_contained(tmp_path):
