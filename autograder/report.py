@@ -64,6 +64,7 @@ class _PartView:
     failed: list[TestResult]
     passed: list[TestResult]
     withheld: int
+    common: str = ""  # one message shared by every failed item (say, no answers file)
 
 
 def _part_views(report: Report) -> list[_PartView]:
@@ -71,9 +72,14 @@ def _part_views(report: Report) -> list[_PartView]:
     for part in report.parts:
         tests = [t for t in report.tests if t.part == part.name]
         shown = [t for t in tests if t.visibility == "visible"]
-        views.append(_PartView(part.name, [t for t in shown if t.status != "passed"],
-                               [t for t in shown if t.status == "passed"],
-                               len(tests) - len(shown)))
+        failed = [t for t in shown if t.status != "passed"]
+        view = _PartView(part.name, failed, [t for t in shown if t.status == "passed"],
+                         len(tests) - len(shown))
+        messages = {t.message for t in failed}
+        if len(failed) == len(tests) > 3 and len(messages) == 1 and not any(t.feedback
+                                                                        for t in failed):
+            view.common, view.failed = f"All {len(failed)}: {messages.pop()}", []
+        views.append(view)
     return views
 
 
