@@ -1,0 +1,270 @@
+"""Part A: wrap_data_parallel, data_parallel_chunk_sizes, emulate_data_parallel."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from autograder.testing import raises_student, remote_device
+
+import probes
+
+ATOL = 1e-5
+
+
+def chunk_rule(batch_size: int, num_devices: int) -> list[int]:
+    """What DataParallel's scatter does: torch.chunk along dim 0."""
+    return [len(c) for c in torch.arange(batch_size).chunk(num_devices)]
+
+
+def gpu_count(student) -> int:
+    """GPUs the sandbox sees (what the student's code sees, whatever this process sees)."""
+    return student.probe(probes.cuda_device_count)
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a.detach(), b.detach(), atol=ATOL, rtol=1e-4)
+
+
+def seeded(cls, seed: int = 0, **kwargs):
+    torch.manual_seed(seed)
+    return cls(**kwargs)
+
+
+def replicas_forward(model: nn.Module, x: torch.Tensor, num_replicas: int):
+    """The reference: replica 0 is the model itself, the others independent copies."""
+    outputs, replicas = [], []
+    for i, chunk in enumerate(x.chunk(num_replicas)):
+        replica = model if i == 0 else copy.deepcopy(model)
+        replicas.append(replica)
+        outputs.append(replica(chunk))
+    return torch.cat(outputs), replicas
+
+
+# ----------------------------------------------------------------------------- wrap_data_parallel
+
+
+@pytest.mark.points(1)
+def test_wrap_none_device_ids(student):
+    """wrap_data_parallel: device_ids=None returns the model itself without CUDA"""
+    model = nn.Linear(3, 2)
+    gpus = gpu_count(student)
+    out = student.wrap_data_parallel(model)
+    if gpus == 0:
+        assert out.identity == "arg0", (
+            "without CUDA and without device_ids the model itself must be returned, unwrapped "
+            f"(got a {out.type_name})")
+    else:
+        assert out.is_a("DataParallel"), "with CUDA the model must be wrapped in DataParallel"
+        assert out.attributes.get("device_ids") == list(range(gpus)), (
+            "device_ids=None must use every visible GPU")
+
+
+@pytest.mark.points(1)
+def test_wrap_empty_device_ids(student):
+    """wrap_data_parallel: device_ids=[] is treated like None"""
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    gpus = gpu_count(student)
+    out = student.wrap_data_parallel(model, [])
+    if gpus == 0:
+        assert out.identity == "arg0", (
+            "without CUDA, an empty device_ids list must return the model itself, unwrapped "
+            f"(got a {out.type_name})")
+    else:
+        assert out.is_a("DataParallel"), "with CUDA the model must be wrapped in DataParallel"
+        assert out.attributes.get("device_ids") == list(range(gpus)), (
+            "device_ids=[] must use every visible GPU")
+
+
+@pytest.mark.points(1)
+def test_wrap_keeps_data_parallel(student):
+    """wrap_data_parallel: returns a model already in DataParallel unchanged"""
+    wrapped = nn.DataParallel(nn.Linear(3, 2))
+    out = student.wrap_data_parallel(wrapped)
+    assert out.identity == "arg0", (
+        "a model already wrapped in DataParallel must be returned as it is, not wrapped again")
+    for ids in ([], [0]):
+        out = student.wrap_data_parallel(wrapped, ids)
+        assert out.identity == "arg0", (
+            f"with device_ids={ids}, a model already wrapped must still be returned as it is")
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(120)
+def test_wrap_keeps_ddp(student):
+    """wrap_data_parallel: returns a model already in DistributedDataParallel unchanged"""
+    (report,) = student.run_ranks(probes.wrap_dp_of_ddp, 1)
+    assert "error" not in report, (
+        f"wrap_data_parallel raised {report.get('error', {}).get('type')} for a DDP-wrapped "
+        f"model: {report.get('error', {}).get('message')}")
+    assert report["value"] is True, (
+        "a model already wrapped in DistributedDataParallel must be returned as it is")
+    assert report["with_ids"].get("value") is True, (
+        "with device_ids=[0], a model already in DistributedDataParallel must still be "
+        "returned as it is")
+
+
+@pytest.mark.points(1)
+def test_wrap_missing_gpus(student):
+    """wrap_data_parallel: raises ValueError naming GPUs that are not there"""
+    first_missing = gpu_count(student)
+    bad = [first_missing, first_missing + 2]
+    with raises_student("ValueError", f"asking for GPUs {bad} on a machine with "
+                                      f"{first_missing} GPUs") as raised:
+        student.wrap_data_parallel(nn.Linear(3, 2), bad)
+    assert str(first_missing + 2) in raised.error.message, (
+        "the ValueError's message should name the GPUs that are missing")
+
+
+@pytest.mark.points(1)
+@pytest.mark.gpu
+@pytest.mark.timeout_s(120)
+def test_wrap_places_on_first_gpu(student):
+    """wrap_data_parallel: puts the parameters on cuda:ids[0] and gathers outputs there"""
+    count = student.probe(probes.cuda_device_count)
+    if count < 1:
+        pytest.skip("the sandbox sees no GPU")
+    model = seeded(probes.PlainMLP)
+    x = torch.randn(6, 4)
+    expected = model(x)
+    report = student.probe(probes.wrap_dp_on_gpu, model, None, x)
+    assert report["type"] == "DataParallel", "with CUDA the model must be wrapped in DataParallel"
+    assert report["device_ids"] == list(range(count)), "device_ids=None must use every GPU"
+    assert report["param_devices"] == ["cuda:0"], "the parameters must live on cuda:0"
+    assert report["output_device_str"] == "cuda:0", "outputs must be gathered on cuda:0"
+    assert close(report["output"], expected), "the wrapped model must compute the same outputs"
+    if count >= 2:
+        report = student.probe(probes.wrap_dp_on_gpu, model, [1, 0], x)
+        assert report["device_ids"] == [1, 0], "the given device_ids must be used, in order"
+        assert report["param_devices"] == ["cuda:1"], (
+            "with device_ids=[1, 0] the parameters must live on cuda:1")
+        assert remote_device(report["output"]) == "cuda:1", (
+            "with device_ids=[1, 0] outputs must be gathered on cuda:1")
+
+
+# ----------------------------------------------------------------------------- chunk sizes
+
+
+@pytest.mark.points(1)
+def test_chunk_sizes_even(student):
+    """data_parallel_chunk_sizes: splits evenly when the batch divides"""
+    for batch, devices in [(8, 2), (12, 3), (7, 1), (4, 4), (6, 6)]:
+        got = student.data_parallel_chunk_sizes(batch, devices)
+        assert got == chunk_rule(batch, devices), (
+            f"a batch of {batch} on {devices} devices: expected {chunk_rule(batch, devices)}, "
+            f"got {got}")
+
+
+@pytest.mark.points(2)
+def test_chunk_sizes_uneven(student):
+    """data_parallel_chunk_sizes: follows torch.chunk, using fewer devices when needed"""
+    for batch in range(1, 18):
+        for devices in range(1, 7):
+            expected = chunk_rule(batch, devices)
+            got = student.data_parallel_chunk_sizes(batch, devices)
+            assert type(got) is list and got == expected, (
+                f"a batch of {batch} on {devices} devices: scatter makes pieces {expected} "
+                f"(torch.chunk rule: ceil({batch}/{devices}) rows each, the last smaller, "
+                f"and fewer pieces when the rows run out); got {got}")
+
+
+@pytest.mark.points(1)
+def test_chunk_sizes_invalid(student):
+    """data_parallel_chunk_sizes: raises ValueError for batch_size < 1 or num_devices < 1"""
+    for batch, devices in [(0, 2), (-3, 2), (4, 0), (4, -1)]:
+        with raises_student("ValueError",
+                            f"batch_size={batch}, num_devices={devices} is invalid"):
+            student.data_parallel_chunk_sizes(batch, devices)
+
+
+# ----------------------------------------------------------------------------- emulation
+
+
+@pytest.mark.points(1)
+def test_emulate_matches_forward(student):
+    """emulate_data_parallel: gives the model's own output when replicas cannot differ"""
+    model = seeded(probes.PlainMLP, 1)
+    x = torch.randn(10, 4)
+    out = student.emulate_data_parallel(model, x, 3)
+    assert close(out, model(x)), (
+        "for a model without BatchNorm the emulated output must equal model(inputs), "
+        "in the original row order")
+    # Eval mode: BatchNorm uses the running statistics, so every replica agrees.
+    model = seeded(probes.TinyMLP, 2)
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    model.eval()
+    out = student.emulate_data_parallel(model, x, 4)
+    assert close(out, model(x)), (
+        "in eval mode BatchNorm uses running statistics: the output must equal model(inputs)")
+
+
+@pytest.mark.points(1)
+def test_emulate_chunks(student):
+    """emulate_data_parallel: runs each replica on one chunk of the chunk rule"""
+    model = probes.ChunkSizeModel()
+    for batch, replicas in [(10, 4), (5, 4), (3, 8), (6, 1)]:
+        out = student.emulate_data_parallel(model, torch.zeros(batch, 2), replicas)
+        expected = [float(size) for size in chunk_rule(batch, replicas) for _ in range(size)]
+        assert out.shape == (batch, 1) and out.flatten().tolist() == expected, (
+            f"a batch of {batch} over {replicas} replicas must be split into pieces of "
+            f"{chunk_rule(batch, replicas)} rows, one per replica, and the outputs "
+            "concatenated in order")
+
+
+@pytest.mark.points(2)
+def test_emulate_batchnorm_per_chunk(student):
+    """emulate_data_parallel: in train mode each replica's BatchNorm uses its own chunk"""
+    for seed, batch, replicas in [(3, 10, 3), (4, 9, 4), (5, 8, 2)]:
+        model = seeded(probes.TinyMLP, seed)
+        x = torch.randn(batch, 4)
+        expected, _ = replicas_forward(copy.deepcopy(model), x, replicas)
+        out = student.emulate_data_parallel(model, x, replicas)
+        assert close(out, expected), (
+            f"with {replicas} replicas in train mode, BatchNorm must normalise each chunk with "
+            "that chunk's own mean and variance (not the whole batch's)")
+
+
+@pytest.mark.points(2)
+def test_emulate_gradients(student):
+    """emulate_data_parallel: gradients reach the original parameters, summed over replicas"""
+    model = seeded(probes.TinyMLP, 6)
+    x = torch.randn(10, 4)
+    weights = torch.randn(10, 2)
+    reference = copy.deepcopy(model)
+    out, replicas = replicas_forward(reference, x, 3)
+    (out * weights).sum().backward()
+    report = student.probe(probes.emulate_dp, model, x, 3, weights, True)
+    for name, _ in reference.named_parameters():
+        expected = sum(dict(r.named_parameters())[name].grad for r in replicas)
+        got = report["grads"][name]
+        assert got is not None, (
+            f"no gradient reached the model's parameter {name!r}: replicas must use the "
+            "model's own parameters (or differentiable copies), not detached ones")
+        assert close(got, expected), (
+            f"the gradient of {name!r} must be the sum of every replica's gradient")
+
+
+@pytest.mark.points(2)
+def test_emulate_buffers_first_chunk(student):
+    """emulate_data_parallel: updates running statistics from the first chunk only"""
+    model = seeded(probes.TinyMLP, 7)
+    x = torch.randn(10, 4)
+    reference = copy.deepcopy(model)
+    reference(x.chunk(3)[0])  # replica 0 shares the module's buffers; the rest are discarded
+    report = student.probe(probes.emulate_dp, model, x, 3, None, True)
+    buffers = report["buffers"]
+    assert int(buffers["bn.num_batches_tracked"]) == 1, (
+        "one emulated forward must count as one batch for the model's BatchNorm "
+        f"(num_batches_tracked is {int(buffers['bn.num_batches_tracked'])})")
+    for name in ("bn.running_mean", "bn.running_var"):
+        assert close(buffers[name], dict(reference.named_buffers())[name]), (
+            f"the model's {name} must be updated from the first chunk only, as replica 0 "
+            "shares its buffers with the module and the other replicas' updates are lost")
+    # Eval mode leaves the buffers alone.
+    report = student.probe(probes.emulate_dp, model, x, 3, None, False)
+    for name, before in report["buffers_before"].items():
+        assert torch.equal(report["state"][name], before), (
+            "in eval mode the model's running statistics must not change")
