@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from .isolation import detect
 from .pytest_plugin import GradingPlugin, Job, write_line
 
 
@@ -36,8 +37,10 @@ def environment() -> dict:
 
     import torch
 
+    isolation = detect()
     return {"gpus": torch.cuda.device_count(), "torch": torch.__version__,
-            "python": platform.python_version()}
+            "python": platform.python_version(), "isolation": isolation.mode,
+            "protections": isolation.protections}
 
 
 def main() -> None:

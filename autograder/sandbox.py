@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .isolation import Isolation, detect, prepare_folder, sandbox_ids, wrap
 from .sandbox_runtime import codec, wire
 
 RUNTIME_PACKAGE = "agsandbox"
@@ -69,6 +70,7 @@ class SandboxLimits:
     cpu_seconds: int = 120
     max_file_bytes: int = 64 << 20
     max_open_files: int = 256
+    max_processes: int = 256
     output_bytes: int = 1 << 20
 
 
@@ -131,12 +133,16 @@ def _limit(limits: SandboxLimits) -> Callable[[], None]:
 
 
 def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path: Path,
-          pass_fds: tuple[int, ...]) -> subprocess.Popen:
-    """Start a fresh sandbox interpreter (the zygote) with every limit applied."""
+          pass_fds: tuple[int, ...], isolation: Isolation,
+          ids: tuple[int, int] | None) -> subprocess.Popen:
+    """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
+    env = sandbox_env(sandbox_dir)
+    command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
+    mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
+    command = wrap(command, sandbox_dir, env, isolation, ids, mount_point, limits.max_processes)
     with open(output_path, "ab") as out:
         popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv],
-            cwd=sandbox_dir, env=sandbox_env(sandbox_dir), stdin=subprocess.DEVNULL,
+            command, cwd=sandbox_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=out, stderr=out, pass_fds=pass_fds, start_new_session=True,
             preexec_fn=_limit(limits))
     if on_process_start is not None:
@@ -152,15 +158,18 @@ class Zygote:
     sandbox side, so they are parsed as untrusted data.
     """
 
-    def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path) -> None:
+    def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
+                 isolation: Isolation, ids: tuple[int, int] | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
-                           (theirs.fileno(),))
+                           (theirs.fileno(),), isolation, ids)
         theirs.close()
         self._socket = ours
         self._spawned: queue.Queue[int | None] = queue.Queue()
         self._statuses: dict[int, int] = {}
         self._changed = threading.Condition()
+        self._ns_pids: dict[int, int] = {}
+        self.isolated = isolation.mode != "none"
         self.alive = True
         threading.Thread(target=self._listen, daemon=True).start()
 
@@ -199,8 +208,10 @@ class Zygote:
         finally:
             for fd in (request_r, reply_w, out):
                 os.close(fd)
-        # Only a child of this zygote may be signalled later: a forged pid is refused.
-        if pid is None or _parent_of(pid) != self.popen.pid:
+        # Only a child of this zygote may be signalled later: a forged pid is refused. (In its
+        # own PID namespace the zygote reports namespace pids, which mean nothing out here.)
+        pid = self._host_pid(pid) if pid is not None else None
+        if pid is None:
             for fd in (request_w, reply_r):
                 os.close(fd)
             self.close()
@@ -209,11 +220,28 @@ class Zygote:
             on_process_start(pid)
         return pid, request_w, reply_r
 
+    def _host_pid(self, reported: int) -> int | None:
+        """The host pid of the zygote's child that the zygote calls `reported`."""
+        zygote = self._zygote_pid()
+        for child in _children_of(zygote):
+            if _namespace_pid(child) == reported:
+                self._ns_pids[child] = reported
+                return child
+        return None
+
+    def _zygote_pid(self) -> int:
+        # Behind the isolation launcher, the zygote is the launcher's only child.
+        if self.isolated:
+            children = _children_of(self.popen.pid)
+            return children[0] if children else -1
+        return self.popen.pid
+
     def wait_status(self, pid: int, timeout: float) -> int | None:
         """The raw wait status of a forked worker, once the zygote has reaped it."""
+        reported = self._ns_pids.get(pid, pid)
         with self._changed:
-            self._changed.wait_for(lambda: pid in self._statuses or not self.alive, timeout)
-            return self._statuses.pop(pid, None)
+            self._changed.wait_for(lambda: reported in self._statuses or not self.alive, timeout)
+            return self._statuses.pop(reported, None)
 
     def close(self) -> None:
         self.alive = False
@@ -225,12 +253,23 @@ class Zygote:
         self._socket.close()
 
 
-def _parent_of(pid: int) -> int | None:
+def _children_of(pid: int) -> list[int]:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def _namespace_pid(pid: int) -> int | None:
+    """The pid a process has in its innermost PID namespace (itself when not namespaced)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    return pid
 
 
 def _kill_group(pid: int) -> None:
@@ -327,9 +366,12 @@ class Sandbox:
     """
 
     def __init__(self, sandbox_dir: Path, module_name: str, limits: SandboxLimits,
-                 output_path: Path) -> None:
+                 output_path: Path, isolation: Isolation | None = None) -> None:
         self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
         self.output_path = output_path
+        self.isolation = detect() if isolation is None else isolation
+        self.ids = sandbox_ids()
+        prepare_folder(sandbox_dir, self.isolation, self.ids)
         self._zygote: Zygote | None = None
         self._process: _Process | None = None
         self._output_offset = 0
@@ -340,7 +382,7 @@ class Sandbox:
             if self._zygote is not None:
                 self._zygote.close()
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
-            self._zygote = Zygote(self.sandbox_dir, self.limits, log)
+            self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids)
         return self._zygote
 
     def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None) -> Any:

@@ -20,6 +20,7 @@ from . import codec, wire
 
 
 def main(argv: list[str]) -> None:
+    _refuse_network()
     if argv[0] == "zygote":
         zygote(int(argv[1]))
     serve(argv[0], int(argv[1]), int(argv[2]), argv[3])
@@ -109,6 +110,40 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str) -> None:
         _reply(reply_fd, _handle(request, module, import_error))
         # Skip interpreter teardown: gloo's at-exit teardown on CPU crashes or hangs now and then.
         os._exit(0)
+
+
+def _refuse_network() -> None:
+    """Refuse sockets to anything but loopback, before any connect (gloo needs loopback).
+
+    Audit hooks cannot be removed once added. Where the sandbox has its own network namespace
+    this is a second wall; where it has none, it is the wall (ctypes could go around it).
+    """
+    import ipaddress
+    import socket
+
+    allowed_families = {socket.AF_INET, socket.AF_INET6, socket.AF_UNIX, -1}  # -1: from an fd
+
+    def loopback(address: Any) -> bool:
+        if isinstance(address, (str, bytes)):  # AF_UNIX path
+            return True
+        host = address[0] if isinstance(address, tuple) and address else ""
+        if host in ("localhost", ""):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False  # a host name: refused rather than resolved
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "socket.__new__" and args[1] not in allowed_families:
+            raise PermissionError("the sandbox allows only IP and Unix sockets")
+        if event in ("socket.connect", "socket.sendto", "socket.sendmsg") and len(args) > 1 \
+                and not loopback(args[1]):
+            raise PermissionError(f"network access to {args[1]!r} is not allowed in the sandbox")
+        if event == "socket.getaddrinfo" and not loopback((args[0],)):
+            raise PermissionError(f"name lookups ({args[0]!r}) are not allowed in the sandbox")
+
+    sys.addaudithook(hook)
 
 
 def _import_student(name: str) -> tuple[Any, dict | None]:

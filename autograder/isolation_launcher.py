@@ -1,0 +1,120 @@
+"""Enter a sandbox's namespaces, build its file-system view, drop privileges, exec the sandbox.
+
+Run by `autograder.isolation` as `python -I -S -c <this file's text> SPEC_JSON -- ARGV...`, as
+root or inside a new user namespace. Standard library only: it runs before anything untrusted and
+must not depend on the grader's package being importable.
+
+Steps: unshare mount, network, PID, IPC and UTS namespaces (and a user namespace when not root);
+fork so the child is PID 1 of the new PID namespace (when it ends, the kernel kills every process
+left in it); mount a tmpfs as the new root holding read-only binds of the system and Python folders
+and a writable bind of the sandbox folder only; mount a fresh /proc; bring up loopback; chroot;
+drop to the sandbox uid; forbid new privileges; exec.
+"""
+
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    check(libc.mount(source.encode() if source else None, target.encode(),
+                     fstype.encode() if fstype else None, flags,
+                     data.encode() if data else None), f"mount {target}")
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+
+
+def build_root(spec: dict) -> str:
+    root = spec["root"]
+    mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks out
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16m")
+    # A fresh /tmp first: the sandbox folder may live under the host's /tmp and is bound in next.
+    os.makedirs(f"{root}/tmp")
+    mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    for path, writable in spec["binds"]:
+        if not os.path.exists(path):
+            continue
+        target = root + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        mount(path, target, None, MS_BIND | MS_REC)
+        if not writable:
+            mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+    if os.path.isdir(f"{root}/dev/shm"):  # not shared with the host or other sandboxes
+        mount("tmpfs", f"{root}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    os.makedirs(f"{root}/proc", exist_ok=True)
+    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    return root
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    argv = sys.argv[sys.argv.index("--") + 1:]
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    if spec["user_namespace"]:
+        flags |= CLONE_NEWUSER
+    check(libc.unshare(flags), "unshare")
+    if spec["user_namespace"]:
+        # Root inside, our own uid outside: enough to mount and chroot, nothing more.
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                           ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    child = os.fork()
+    if child:
+        # The launcher waits for PID 1 of the namespace and mirrors how it ended.
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(code if code >= 0 else 128 - code)
+    root = build_root(spec)
+    loopback_up()
+    os.chroot(root)
+    os.chdir(spec["cwd"])
+    if spec["uid"] is not None:
+        os.setgroups([])
+        os.setgid(spec["gid"])
+        os.setuid(spec["uid"])
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    import resource
+
+    for name, value in spec["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    os.execve(argv[0], argv, spec["env"])
+
+
+try:
+    main()
+except BaseException as exc:  # noqa: BLE001 - say why isolation failed, then fail
+    print(f"isolation launcher: {exc}", file=sys.stderr, flush=True)
+    os._exit(121)
