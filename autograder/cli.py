@@ -17,14 +17,14 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("submission", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("submission", type=click.Path(exists=True, path_type=Path))
 @click.option("--assignment", "-a", required=True, help="Assignment name, e.g. dp_basics.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for results.json and the reports.")
 @click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def grade(submission: Path, assignment: str, out: Path, config_path: Path) -> None:
-    """Grade one SUBMISSION folder and write results.json, report.json/.md/.html into OUT."""
+    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html."""
     from .coding import GradingError
     from .config import ConfigError
     from .grade import grade as grade_submission
@@ -39,6 +39,8 @@ def grade(submission: Path, assignment: str, out: Path, config_path: Path) -> No
     click.echo(f"{'total':<16} {report.score:>7g} / {report.max_score:g}")
     for warning in report.warnings:
         click.echo(f"note: {warning}")
+    click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
+               + "; ".join(report.environment.get("protections", [])))
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
 
 

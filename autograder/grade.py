@@ -13,18 +13,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from .archives import ArchiveError, extract_zip
 from .assignment import Assignment, load_assignment
 from .coding import run_hidden_tests
 from .multiple_choice import grade_answers
 from .paths import GRADING_CONFIG
 from .report import write_outputs
 from .results import Report, TestResult, build_report, coding_results
-from .submission import locate
+from .submission import SubmissionFiles, locate
 
 
 def grade(submission: Path, assignment: str, out: Path,
           config_path: Path = GRADING_CONFIG) -> Report:
-    """Grade `submission` (a folder) and write results.json and the reports into `out`."""
+    """Grade `submission` (a folder or a .zip) and write results.json and the reports to `out`."""
     started = time.monotonic()
     spec = load_assignment(assignment, config_path)
     return grade_loaded(submission, spec, out, started)
@@ -33,32 +34,50 @@ def grade(submission: Path, assignment: str, out: Path,
 def grade_loaded(submission: Path, assignment: Assignment, out: Path,
                  started: float | None = None) -> Report:
     started = time.monotonic() if started is None else started
-    config = assignment.config
-    files = locate(submission, config.module)
-    warnings = list(files.warnings)
-
-    mc = grade_answers(assignment.bank, files.answers)
-    warnings += mc.warnings
-    tests = [_question_result(r, assignment) for r in mc.results]
-
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
+    os.chmod(workdir, 0o711)  # sandbox users may pass through to their own folder, not list
     try:
-        outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir)
+        report = _grade(submission, assignment, workdir, started)
     finally:
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
         if os.environ.get("AUTOGRADER_KEEP_WORKDIR"):
             print(f"autograder: kept {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    write_outputs(report, out)
+    return report
+
+
+def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float) -> Report:
+    config = assignment.config
+    files = _submission_files(submission, workdir / "upload", config.module)
+    warnings = list(files.warnings)
+
+    mc = grade_answers(assignment.bank, files.answers)
+    warnings += mc.warnings
+    tests = [_question_result(r, assignment) for r in mc.results]
+
+    outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir)
     if files.module_problem:
         warnings.append(f"coding part: {files.module_problem}")
     warnings += coding_warnings
     tests += coding_results(outcomes, config, warnings)
     environment["gpu_policy"] = config.gpu_policy
-    report = build_report(config, submission.name, tests, warnings, environment,
-                          time.monotonic() - started)
-    write_outputs(report, out)
-    return report
+    return build_report(config, submission.name, tests, warnings, environment,
+                        time.monotonic() - started)
+
+
+def _submission_files(submission: Path, unpack_to: Path, module: str) -> SubmissionFiles:
+    """Locate the files of a folder, or of a zip upload extracted safely."""
+    if not (submission.is_file() and submission.suffix.lower() == ".zip"):
+        return locate(submission, module)
+    unpack_to.mkdir()
+    try:
+        extract_zip(submission, unpack_to)
+    except ArchiveError as exc:
+        problem = f"{submission.name}: {exc}"
+        return SubmissionFiles(unpack_to, None, problem, None, [problem])
+    return locate(unpack_to, module)
 
 
 def _question_result(r, assignment: Assignment) -> TestResult:
