@@ -44,5 +44,35 @@ def grade(submission: Path, assignment: str, out: Path, config_path: Path) -> No
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
 
 
+@main.command()
+@click.argument("assignment")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def validate(assignment: str, config_path: Path) -> None:
+    """Check ASSIGNMENT's sources: config, question bank, hidden tests' names and points."""
+    import tempfile
+
+    from .assignment import load_assignment
+    from .coding import GradingError, collect_hidden_tests
+    from .config import ConfigError
+    from .questions import QuestionBankError
+
+    try:
+        spec = load_assignment(assignment, config_path)
+        with tempfile.TemporaryDirectory() as workdir:
+            tests = collect_hidden_tests(spec, Path(workdir))
+    except (ConfigError, GradingError, QuestionBankError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"{assignment}: {len(spec.bank.questions)} questions, "
+               f"{spec.bank.total_points:g} points")
+    for function, points in spec.config.functions.items():
+        mine = [t for t in tests if t["function"] == function]
+        gpu = sum(1 for t in mine if t["gpu"])
+        click.echo(f"  {function:<28} {points:>4g} points  {len(mine):>3} tests"
+                   + (f" ({gpu} need a GPU)" if gpu else ""))
+    click.echo(f"{len(tests)} hidden tests, {sum(t['points'] for t in tests):g} points: OK")
+
+
 if __name__ == "__main__":
     main()

@@ -51,6 +51,18 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
     return _Supervisor(job, time.monotonic() + config.submission_timeout).run()
 
 
+def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
+    """The hidden tests as declared (name, function, points, visibility, gpu), validated."""
+    config = assignment.config
+    job = Job(tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
+              module_name=config.module, functions=config.functions, output_dir=str(workdir),
+              missing_reason="collection only", visibility=config.coding.visibility,
+              collect_only=True)
+    supervisor = _Supervisor(job, time.monotonic() + 300)
+    supervisor.run()
+    return supervisor.specs or []
+
+
 class _Supervisor:
     def __init__(self, job: Job, deadline: float) -> None:
         self.job, self.deadline = job, deadline

@@ -7,6 +7,7 @@ only through the sandbox behind the `student` fixture.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
 from pathlib import Path
@@ -44,6 +45,9 @@ def environment() -> dict:
 
 
 def main() -> None:
+    # Not dumpable: a same-user process (a sandbox without isolation) cannot read this process's
+    # memory, environment or file descriptors through /proc.
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     job = Job(**json.load(sys.stdin))
     sys.exit(run(job, int(sys.argv[1])))
 
