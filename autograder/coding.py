@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .assignment import Assignment
+from .cgroups import remove_left_by
 from .pytest_plugin import Job
 from .results import CodingOutcome
 from .sandbox import prepare_sandbox_dir
@@ -151,6 +152,7 @@ class _Supervisor:
             os.close(read_fd)
             _kill_group(runner.pid)
             runner.wait()
+            remove_left_by(runner.pid)
         if not finished and current is not None:
             self.results[current] = {
                 "status": "failed", "message": f"the grading process was killed during this test "

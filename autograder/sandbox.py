@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cgroups import Cgroup
 from .isolation import Isolation, detect, prepare_folder, sandbox_ids, wrap
 from .sandbox_runtime import codec, wire
 
@@ -116,11 +117,18 @@ def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
     return env
 
 
-def _limit(limits: SandboxLimits) -> Callable[[], None]:
+def _limit(limits: SandboxLimits, cgroup: Cgroup | None) -> Callable[[], None]:
+    # CUDA maps far more address space than any sane RLIMIT_AS: on a GPU grader the cgroup
+    # holds the memory limit (if there is none, memory is not limited, and reports say so).
+    address_space = resource.RLIM_INFINITY if gpu_device_present() else limits.memory_bytes
+
     def apply() -> None:
-        # Runs in the child between fork and exec: only async-safe, simple calls.
+        # Runs in the child between fork and exec: only simple calls.
+        for procs in cgroup.procs_files if cgroup else []:
+            with open(procs, "w") as f:
+                f.write("0")  # this process, and all it starts, into the sandbox's cgroup
         for what, value in (
-            (resource.RLIMIT_AS, limits.memory_bytes),
+            (resource.RLIMIT_AS, address_space),
             (resource.RLIMIT_CPU, limits.cpu_seconds),
             (resource.RLIMIT_FSIZE, limits.max_file_bytes),
             (resource.RLIMIT_NOFILE, limits.max_open_files),
@@ -132,9 +140,13 @@ def _limit(limits: SandboxLimits) -> Callable[[], None]:
     return apply
 
 
+def gpu_device_present() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
 def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path: Path,
-          pass_fds: tuple[int, ...], isolation: Isolation,
-          ids: tuple[int, int] | None) -> subprocess.Popen:
+          pass_fds: tuple[int, ...], isolation: Isolation, ids: tuple[int, int] | None,
+          cgroup: Cgroup | None) -> subprocess.Popen:
     """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
     env = sandbox_env(sandbox_dir)
     command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
@@ -144,7 +156,7 @@ def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path
         popen = subprocess.Popen(
             command, cwd=sandbox_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=out, stderr=out, pass_fds=pass_fds, start_new_session=True,
-            preexec_fn=_limit(limits))
+            preexec_fn=_limit(limits, cgroup))
     if on_process_start is not None:
         on_process_start(popen.pid)
     return popen
@@ -161,8 +173,9 @@ class Zygote:
     def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
                  isolation: Isolation, ids: tuple[int, int] | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.cgroup = Cgroup.create(limits.memory_bytes, limits.max_processes)
         self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
-                           (theirs.fileno(),), isolation, ids)
+                           (theirs.fileno(),), isolation, ids, self.cgroup)
         theirs.close()
         self._socket = ours
         self._spawned: queue.Queue[int | None] = queue.Queue()
@@ -250,6 +263,8 @@ class Zygote:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if self.cgroup is not None:
+            self.cgroup.remove()
         self._socket.close()
 
 
