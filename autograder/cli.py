@@ -74,5 +74,21 @@ def validate(assignment: str, config_path: Path) -> None:
     click.echo(f"{len(tests)} hidden tests, {sum(t['points'] for t in tests):g} points: OK")
 
 
+@main.command("config-docs")
+@click.option("--check", is_flag=True, help="Fail if docs/grading.md is out of date.")
+def config_docs(check: bool) -> None:
+    """Write docs/grading.md from schemas/grading.schema.json."""
+    from .configdocs import DOCS, render
+
+    text = render()
+    if check:
+        if not DOCS.exists() or DOCS.read_text() != text:
+            click.echo("docs/grading.md is out of date: run `autograder config-docs`", err=True)
+            sys.exit(1)
+        return
+    DOCS.write_text(text)
+    click.echo(f"wrote {DOCS}")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,14 @@
+"""The grading.yml reference is generated from its schema and kept in sync."""
+
+from autograder.configdocs import DOCS, render
+
+
+def test_docs_match_the_schema():
+    assert DOCS.read_text() == render(), "run `autograder config-docs` after editing the schema"
+
+
+def test_every_key_of_the_project_config_is_documented():
+    text = render()
+    for key in ("parts.coding.functions", "timeouts.call", "limits.memory_mb", "gpu_policy",
+                "rank_retries", "parts.multiple_choice.reveal_key"):
+        assert f"`assignments.ASSIGNMENT.{key}`" in text
