@@ -1,6 +1,7 @@
 """Grading one submission end to end on a toy assignment: real runner, sandboxes and reports."""
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -161,3 +162,20 @@ def test_reports_hold_feedback_but_never_hidden_test_source(tmp_path):
     assert "That is sum(1)." in md and "sum(0) removes dimension 0." in md
     assert "add(2, 3) should be 5" in md
     assert "def test_" not in md and "probes." not in md
+
+
+def test_pending_gpu_policy_scores_gpu_tests_zero_until_a_regrade(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course)
+    config = course / "grading.yml"
+    config.write_text(config.read_text().replace("rank_retries: 0",
+                                                 "rank_retries: 0\n    gpu_policy: pending"))
+    out = tmp_path / "out"
+    report = grade(submit(tmp_path), "toy", out, config)
+    gpu = next(t for t in report.tests if t.name == "scale: keeps a CUDA tensor on its GPU")
+    if report.environment["gpus"]:
+        pytest.skip("this machine has a GPU")
+    assert (gpu.status, gpu.score, gpu.max_score) == ("pending", 0.0, 1.0)
+    assert report.score == 9 and report.max_score == 10
+    assert any("pending a regrade on a GPU grader" in w for w in report.warnings)
+    assert "pending" in (out / "report.md").read_text()
