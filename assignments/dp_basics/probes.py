@@ -251,6 +251,8 @@ def _init_group(rank: int, world_size: int, port: int, backend: str = "gloo") ->
     """The grader's own process-group setup, for scenarios that test other functions."""
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
+    # Every rank fully connected before any goes on (and may tear the group down).
+    dist.barrier()
 
 
 def _destroy_group() -> dict | None:

@@ -108,7 +108,13 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str) -> None:
     else:  # "once": one probe per process (a rank of a multi-process scenario)
         request = pickle.loads(wire.recv(request_fd))
         _reply(reply_fd, _handle(request, module, import_error))
-        # Skip interpreter teardown: gloo's at-exit teardown on CPU crashes or hangs now and then.
+        # Stay until the runner has every rank's reply (it then closes the pipe or kills us):
+        # a rank that left early would take the TCP store, or its gloo peer, from ranks still
+        # tearing down. Then skip interpreter teardown, which on CPU crashes now and then.
+        try:
+            wire.recv(request_fd)
+        except (wire.WireClosed, OSError):
+            pass
         os._exit(0)
 
 

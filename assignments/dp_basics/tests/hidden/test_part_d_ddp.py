@@ -446,6 +446,9 @@ def test_cleanup_two_ranks(student):
 def test_cleanup_repeat(student):
     """cleanup_ddp: can be called twice, and a new group can be made afterwards"""
     (report,) = student.run_ranks(probes.cleanup_ranks, 1)
+    assert "error" not in report["cleanup"], (
+        f"cleanup_ddp raised {report['cleanup']['error']['type']}: "
+        f"{report['cleanup']['error']['message']}")
     assert report["initialized_after"] is False, "cleanup_ddp must destroy the group"
     assert "error" not in report["second_cleanup"], (
         "a second cleanup_ddp (nothing left to destroy) must do nothing, but it raised "

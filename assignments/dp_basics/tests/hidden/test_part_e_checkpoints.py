@@ -166,7 +166,10 @@ def test_load_leaves_caller_dict(student):
     for levels in (1, 2):
         report = student.probe(probes.load_flexible, probes.TinyMLP(), checkpoint(source, levels),
                                0)
-        assert report.get("error") is None, "the checkpoint must load"
+        error = report.get("error")
+        assert error is None, (
+            f"the checkpoint must load, but load_state_dict_flexible raised "
+            f"{error and error['type']}: {error and error['message'][:200]}")
         assert report["caller_keys_unchanged"], (
             "the caller's state dict must keep its keys: build a new dict instead of renaming "
             "keys in place")

@@ -1,0 +1,83 @@
+"""Grade the dp_basics reference solution many times in a row, to catch flaky grading.
+
+The reference must get full coding marks every time: a run that scores less, or raises, is a
+failure of the grader (sandbox start-up, gloo rendezvous, timeouts under load), never of the
+student. Prints progress every 10 runs and ends with
+
+    N runs, F failures, median X s per run
+
+exiting 1 when F > 0. The outputs of failed runs are kept, and their paths printed.
+
+    .venv/bin/python scripts/soak_reference.py --runs 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from autograder.assignment import Assignment, load_assignment
+from autograder.grade import grade_loaded
+from autograder.markers import reference
+
+
+def run_once(submission: Path, assignment: Assignment, out: Path) -> str | None:
+    """Grade once; None when the coding part got full marks, else what went wrong."""
+    try:
+        report = grade_loaded(submission, assignment, out)
+    except Exception:  # the soak counts it and goes on
+        return "grading raised:\n" + traceback.format_exc()
+    coding = next(p for p in report.parts if p.name == "coding")
+    if abs(coding.score - coding.max_score) < 1e-6:
+        return None
+    lost = [f"  {t.status} {t.name}: {t.message}" for t in report.tests
+            if t.part == "coding" and t.status not in ("passed", "excluded")]
+    return f"coding {coding.score:g} / {coding.max_score:g}\n" + "\n".join(lost)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="gradings in a row (default 200)")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+
+    work = Path(tempfile.mkdtemp(prefix="soak-reference-"))
+    submission = work / "submission"
+    submission.mkdir()
+    assignment = load_assignment("dp_basics")
+    (submission / "dp_basics.py").write_text(reference(assignment.solution.read_text()))
+    print(f"grading the reference solution {args.runs} times (work folder {work})", flush=True)
+
+    durations: list[float] = []
+    failures = 0
+    for run in range(1, args.runs + 1):
+        out = work / f"run-{run}"
+        started = time.monotonic()
+        problem = run_once(submission, assignment, out)
+        durations.append(time.monotonic() - started)
+        if problem is None:
+            shutil.rmtree(out, ignore_errors=True)  # 200 report folders add up
+        else:
+            failures += 1
+            print(f"run {run}: FAILED after {durations[-1]:.1f} s (outputs kept in {out})\n"
+                  f"{problem}", flush=True)
+        if run % 10 == 0 and run < args.runs:
+            print(f"{run}/{args.runs} runs, {failures} failures, "
+                  f"median {statistics.median(durations):.1f} s per run", flush=True)
+
+    print(f"{args.runs} runs, {failures} failures, "
+          f"median {statistics.median(durations):.1f} s per run", flush=True)
+    if not failures:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Acceptance tests of the dp_basics assignment, graded by the real engine end to end.
+
+Every submission (reference, blank template, the demo's partial example, each mutant and each
+alternative solution in tests/assignments/mutants) is graded once by a module-scoped fixture,
+two at a time, and the tests below only read the cached reports: one grading takes ~13 s, so
+grading per test would multiply the suite's time.
+
+- The reference solution with the full key scores 100 / 100 (on CPU the GPU tests are left out
+  and the others reweighted, as grading.yml's gpu_policy says).
+- The blank template with no answers scores 0, and every coding test says the function is not
+  implemented.
+- The demo's partial example scores strictly between the two, losing points only on the
+  functions its header names.
+- Each mutant (one classic mistake, see scripts/make_mutants.py) fails the hidden tests its
+  header names, with a specific message, and loses nothing on other functions' tests.
+- Each alternative correct solution scores full coding marks.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autograder.assignment import load_assignment
+from autograder.grade import grade_loaded
+from autograder.markers import reference, strip_solutions
+from autograder.multiple_choice import NO_FILE_MESSAGE
+from autograder.results import Report
+from autograder.results import TestResult as Result  # not a test class
+from autograder.schemas import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTANTS_DIR = Path(__file__).parent / "mutants"
+ASSIGNMENT = load_assignment("dp_basics")
+PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
+GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.pytest_plugin's fallback
+
+# Hidden tests whose message for the blank template omits the probe's NotImplementedError (they
+# assert on a probe's report without quoting its "error"); tests/hidden is maintained elsewhere.
+
+MUTANTS = sorted(p for p in MUTANTS_DIR.glob("*.py") if not p.name.startswith("alt_"))
+ALTS = sorted(MUTANTS_DIR.glob("alt_*.py"))
+
+# 21 gradings, 2 at a time: 3 to 5 minutes on the 2-core CI machine.
+pytestmark = pytest.mark.slow
+
+
+def header(path: Path, tag: str) -> list[str]:
+    """The values of the `# TAG: value` lines at the top of a mutant file."""
+    values = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith(f"# {tag}: "):
+            values.append(line[len(f"# {tag}: "):].strip())
+    return values
+
+
+def mutant_function(path: Path) -> str:
+    (line,) = header(path, "MUTANT")
+    return line.split(":", 1)[0]
+
+
+def key_answers() -> dict[str, str | list[str]]:
+    return {q.id: (list(q.answer) if q.multiple else q.answer[0])
+            for q in ASSIGNMENT.bank.questions}
+
+
+def build_submissions(base: Path) -> dict[str, Path]:
+    """Submission folders by name: reference, blank, partial, and one per mutants/ file."""
+    source = ASSIGNMENT.solution.read_text()
+    modules = {"reference": reference(source), "blank": strip_solutions(source)}
+    modules.update({p.stem: p.read_text() for p in [*MUTANTS, *ALTS]})
+    folders = {}
+    for name, text in modules.items():
+        folder = base / name
+        folder.mkdir(parents=True)
+        (folder / "dp_basics.py").write_text(text)
+        folders[name] = folder
+    (folders["reference"] / "answers.yml").write_text(yaml.safe_dump(key_answers()))
+    partial = base / "partial"
+    partial.mkdir()
+    for file in ("dp_basics.py", "answers.yml"):
+        (partial / file).write_text((PARTIAL_DIR / file).read_text())
+    folders["partial"] = partial
+    return folders
+
+
+@dataclass
+class Graded:
+    out: Path  # out / <submission name> holds that submission's results.json and reports
+    reports: dict[str, Report | Exception]  # a grading that raised is kept as its exception
+
+    def __getitem__(self, name: str) -> Report:
+        report = self.reports[name]
+        if isinstance(report, Exception):
+            raise AssertionError(f"grading {name} raised {report!r}") from report
+        return report
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+    """Every submission graded once."""
+    base = tmp_path_factory.mktemp("dp_basics_grading")
+    folders = build_submissions(base / "submissions")
+
+    def grade_one(name: str) -> Report | Exception:
+        try:
+            return grade_loaded(folders[name], ASSIGNMENT, base / "out" / name)
+        except Exception as exc:  # one broken grading must not hide the others' results
+            return exc
+
+    # grade_loaded waits on subprocesses, so threads overlap well; 2 matches the CI machine.
+    with ThreadPoolExecutor(2) as pool:
+        reports = dict(zip(folders, pool.map(grade_one, folders), strict=True))
+    return Graded(base / "out", reports)
+
+
+def coding(report: Report) -> list[Result]:
+    return [t for t in report.tests if t.part == "coding"]
+
+
+def part(report: Report, name: str) -> float:
+    return next(p.score for p in report.parts if p.name == name)
+
+
+def says_not_implemented(test: Result) -> bool:
+    # The stub's NotImplementedError, as the engine reports it or as a test words it.
+    return "is not implemented" in test.message or "NotImplementedError" in test.message
+
+
+def failures(tests: list[Result]) -> str:
+    return "\n".join(f"{t.status} {t.name}: {t.message}" for t in tests
+                     if t.status not in ("passed", "excluded"))
+
+
+# --------------------------------------------------------------------------- reference and blank
+
+def test_reference_with_the_key_scores_full_marks(graded: Graded) -> None:
+    report = graded["reference"]
+    tests = coding(report)
+    assert all(t.status in ("passed", "excluded") for t in tests), failures(tests)
+    assert (part(report, "multiple_choice"), part(report, "coding")) == (30, 70)
+    assert report.score == report.max_score == 100
+    excluded = [t for t in tests if t.status == "excluded"]
+    if report.environment["gpus"] == 0:
+        # CPU grader: the GPU tests are left out and the others scaled up to keep 70 points.
+        assert excluded and all(t.max_score == 0 for t in excluded)
+        assert any("need a GPU" in w for w in report.warnings), report.warnings
+    results = json.loads((graded.out / "reference" / "results.json").read_text())
+    validate(results, "gradescope_results.schema.json", "results.json")
+    assert results["score"] == 100
+
+
+def test_blank_template_scores_zero_and_says_what_is_missing(graded: Graded) -> None:
+    report = graded["blank"]
+    assert (part(report, "multiple_choice"), part(report, "coding")) == (0, 0)
+    questions = [t for t in report.tests if t.part == "multiple_choice"]
+    assert len(questions) == len(ASSIGNMENT.bank.questions)
+    assert all(t.message == NO_FILE_MESSAGE for t in questions)
+    ran = [t for t in coding(report) if t.status != "excluded"]
+    assert ran and all(t.status == "failed" for t in ran)
+    vague = [t for t in ran if not says_not_implemented(t)]
+    assert not vague, failures(vague)
+
+
+def test_partial_example_lies_strictly_between_blank_and_reference(graded: Graded) -> None:
+    blank, partial, ref = (graded[n] for n in ("blank", "partial", "reference"))
+    assert part(blank, "coding") < part(partial, "coding") < part(ref, "coding")
+    assert 0 < part(partial, "multiple_choice") < part(ref, "multiple_choice")
+    flawed = {line.split("#   - ", 1)[1].split(":", 1)[0]
+              for line in (PARTIAL_DIR / "dp_basics.py").read_text().splitlines()
+              if line.startswith("#   - ")}
+    lost = {t.item for t in coding(partial) if t.status == "failed"}
+    assert lost == flawed, f"every flawed function, and only those, loses points: {lost}"
+
+
+def test_mutants_are_what_the_generator_writes() -> None:
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_mutants.py"), "--check"],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+# --------------------------------------------------------------------------- mutants
+
+@pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])
+def test_mutant_fails_its_tests_with_a_specific_message(graded: Graded, path: Path) -> None:
+    expected = header(path, "EXPECT_FAIL")
+    assert expected, f"{path.name} names no test that must fail"
+    tests = coding(graded[path.stem])
+    for substring in expected:
+        matching = [t for t in tests if substring in t.name]
+        assert matching, f"no hidden test is named like {substring!r}"
+        passed = [t.name for t in matching if t.status != "failed"]
+        assert not passed, f"{path.stem}: {passed} did not fail:\n{failures(tests)}"
+        for t in matching:
+            assert t.message.strip() and t.message != GENERIC_MESSAGE, (
+                f"{t.name}: the student gets no useful message: {t.message!r}")
+
+
+@pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])
+def test_mutant_loses_nothing_on_other_functions(graded: Graded, path: Path) -> None:
+    function = mutant_function(path)
+    ref = {t.name: t for t in coding(graded["reference"])}
+    tests = coding(graded[path.stem])
+    assert {t.name for t in tests} == set(ref)
+    collateral = [t for t in tests if t.item != function and t.score != ref[t.name].score]
+    assert not collateral, failures(collateral)
+
+
+@pytest.mark.parametrize("path", ALTS, ids=[p.stem for p in ALTS])
+def test_alternative_solution_scores_full_coding_marks(graded: Graded, path: Path) -> None:
+    assert header(path, "ALT"), f"{path.name} has no '# ALT:' line"
+    report = graded[path.stem]
+    assert part(report, "coding") == 70, failures(coding(report))
