@@ -23,12 +23,22 @@ def main() -> None:
               help="Folder for results.json and the reports.")
 @click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def grade(submission: Path, assignment: str, out: Path, config_path: Path) -> None:
+@click.option("--require-gpu", is_flag=True,
+              help="Fail (exit 2) unless torch sees a CUDA device, instead of applying gpu_policy.")
+def grade(submission: Path, assignment: str, out: Path, config_path: Path,
+          require_gpu: bool) -> None:
     """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html."""
     from .coding import GradingError
     from .config import ConfigError
     from .grade import grade as grade_submission
 
+    if require_gpu:
+        count, problem = _cuda_device_count()
+        if not count:
+            click.echo("error: --require-gpu: torch sees no CUDA device "
+                       f"({problem or 'torch.cuda.device_count() == 0'}); grade on a GPU machine, "
+                       "or leave out --require-gpu to apply grading.yml's gpu_policy", err=True)
+            sys.exit(2)
     try:
         report = grade_submission(submission, assignment, out, config_path)
     except (ConfigError, GradingError) as exc:
@@ -88,6 +98,126 @@ def config_docs(check: bool) -> None:
         return
     DOCS.write_text(text)
     click.echo(f"wrote {DOCS}")
+
+
+def _cuda_device_count() -> tuple[int, str]:
+    """CUDA devices torch sees, asked in a child process: the trusted parent never imports torch."""
+    import subprocess
+
+    try:
+        proc = subprocess.run([sys.executable, "-c",
+                               "import torch; print(torch.cuda.device_count())"],
+                              capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 0, f"could not ask torch: {exc}"
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return 0, f"torch failed: {lines[-1] if lines else proc.returncode}"
+    return int(proc.stdout.split()[-1]), ""
+
+
+@main.command()
+@click.argument("assignments", nargs=-1)
+@click.option("--check", is_flag=True,
+              help="Only list template files that differ from what the sources give (exit 1); "
+                   "writes nothing, runs no self-check.")
+@click.option("--skip-self-check", is_flag=True,
+              help="Regenerate without grading the reference and the template first.")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def release(assignments: tuple[str, ...], check: bool, skip_self_check: bool,
+            config_path: Path) -> None:
+    """Generate student_templates/ASSIGNMENT/ and dist/ASSIGNMENT-student.zip (default: all)."""
+    from .config import ConfigError
+    from .questions import QuestionBankError
+    from .release import Project, ReleaseError, check_templates
+    from .release import release as release_assignment
+
+    project = Project(config_path)
+    try:
+        names = list(assignments) or project.assignment_names()
+        if check:
+            drift = check_templates(names, project)
+            for line in drift:
+                click.echo(line, err=True)
+            if drift:
+                command = " ".join(["autograder release", *assignments])
+                click.echo(f"{len(drift)} template file(s) out of date: run `{command}`", err=True)
+                sys.exit(1)
+            click.echo(f"student templates up to date: {', '.join(names)}")
+            return
+        for name in names:
+            click.echo(f"{name}: " + ("generating (self-check skipped)" if skip_self_check
+                                      else "self-check, then generating"))
+            done = release_assignment(name, project, not skip_self_check, click.echo)
+            for line in done.changed:
+                click.echo(f"  changed: {line}")
+            click.echo(f"  {project.templates_dir / name}/ "
+                       f"({'unchanged' if not done.changed else 'written'}); {done.zip_path}")
+    except (ConfigError, QuestionBankError, ReleaseError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+@main.command("verify-key")
+@click.argument("assignment")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def verify_key(assignment: str, config_path: Path) -> None:
+    """Run every snippet question on this machine and compare with the key's expectations."""
+    from .assignment import load_assignment
+    from .config import ConfigError
+    from .questions import QuestionBankError
+    from .release import verify_key as verify
+
+    try:
+        checks = verify(load_assignment(assignment, config_path).bank)
+    except (ConfigError, QuestionBankError, RuntimeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    for c in checks:
+        verdict = "OK" if not c.problems else "MISMATCH " + "; ".join(
+            p.removeprefix(f"{c.question} ({c.environment}): ") for p in c.problems)
+        click.echo(f"{c.question:<32} {c.environment:<10} {verdict}")
+    bad = sum(1 for c in checks if c.problems)
+    click.echo(f"{len(checks)} snippet questions, {bad} mismatch(es)")
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+@click.argument("folder", default=".", type=click.Path(exists=True, file_okay=False,
+                                                      path_type=Path))
+@click.option("--module", help="The module to check (default: found from grading.yml).")
+@click.option("--no-tests", is_flag=True, help="Check the files only; do not run the tests.")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path))
+def check(folder: Path, module: str | None, no_tests: bool, config_path: Path) -> None:
+    """Check a student's FOLDER as check.py does: answers' form (no key), public tests."""
+    from .release import Project, check_student_folder
+
+    sys.exit(check_student_folder(folder, module, Project(config_path), not no_tests))
+
+
+@main.command()
+@click.argument("assignment")
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the zip (default: dist/ASSIGNMENT-gradescope.zip).")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def gradescope(assignment: str, out: Path | None, config_path: Path) -> None:
+    """Build the Gradescope autograder zip of ASSIGNMENT (setup.sh, run_autograder, sources)."""
+    from .config import ConfigError
+    from .gradescope import build_bundle
+    from .questions import QuestionBankError
+    from .release import ReleaseError
+
+    try:
+        path = build_bundle(assignment, config_path, out)
+    except (ConfigError, QuestionBankError, ReleaseError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
+               "Zip file upload), base image Ubuntu 22.04")
 
 
 if __name__ == "__main__":

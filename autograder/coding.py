@@ -105,7 +105,9 @@ class _Supervisor:
         read_fd, write_fd = os.pipe()
         log = open(Path(job.output_dir) / "runner.log", "ab")
         runner = subprocess.Popen(
-            [sys.executable, "-m", "autograder.runner", str(write_fd)],
+            # -I: neither the working folder nor PYTHON* variables reach sys.path, so nothing a
+            # sandbox could write there is ever imported as (part of) the runner.
+            [sys.executable, "-I", "-m", "autograder.runner", str(write_fd)],
             stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
             start_new_session=True, cwd=job.output_dir)
         os.close(write_fd)

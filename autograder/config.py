@@ -82,6 +82,7 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         limits=SandboxLimits(
             call_timeout=timeouts["call"], memory_bytes=limits["memory_mb"] << 20,
             cpu_seconds=limits["cpu_seconds"], max_file_bytes=limits["file_mb"] << 20,
-            max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10),
+            max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
+            disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"]),
         gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
     )

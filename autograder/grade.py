@@ -19,7 +19,7 @@ from .coding import run_hidden_tests
 from .multiple_choice import grade_answers
 from .paths import GRADING_CONFIG
 from .report import write_outputs
-from .results import Report, TestResult, build_report, coding_results
+from .results import Report, TestResult, build_report, clip, coding_results
 from .submission import SubmissionFiles, locate
 
 
@@ -86,5 +86,5 @@ def _question_result(r, assignment: Assignment) -> TestResult:
         feedback = [f"Correct answer: {', '.join(r.key)}", r.explanation]
     return TestResult(
         name=r.title, part="multiple_choice", item=r.id, score=r.score, max_score=r.max_score,
-        status="passed" if r.status == "correct" else "failed", message=r.message,
+        status="passed" if r.status == "correct" else "failed", message=clip(r.message),
         visibility=assignment.config.multiple_choice.visibility, feedback=feedback)

@@ -57,12 +57,12 @@ def _binds(sandbox_dir: Path) -> list[tuple[str, bool]]:
     paths = sysconfig.get_paths()
     readonly = [*_SYSTEM_DIRS, sys.base_prefix, sys.prefix, paths["purelib"], paths["platlib"],
                 str(Path(sys.executable).resolve().parent), "/sys"]
-    return ([(p, False) for p in dict.fromkeys(readonly)]
-            + [("/dev", True), (str(sandbox_dir), True)])
+    return [(p, False) for p in dict.fromkeys(readonly)] + [("/dev", True)]
 
 
 def wrap(argv: list[str], sandbox_dir: Path, env: dict[str, str], isolation: Isolation,
-         ids: tuple[int, int] | None, root_mount: Path, max_processes: int) -> list[str]:
+         ids: tuple[int, int] | None, root_mount: Path, max_processes: int,
+         disk_bytes: int = 256 << 20) -> list[str]:
     """The command that runs `argv` isolated (unchanged when there is no isolation)."""
     if isolation.mode == "none":
         return argv
@@ -72,6 +72,7 @@ def wrap(argv: list[str], sandbox_dir: Path, env: dict[str, str], isolation: Iso
         "uid": ids[0] if isolation.drop_uid and ids else None,
         "gid": ids[1] if isolation.drop_uid and ids else None,
         "rlimits": {"RLIMIT_NPROC": max_processes} if isolation.drop_uid else {},
+        "disk_bytes": disk_bytes,
     }
     return [sys.executable, "-I", "-S", "-B", "-c", LAUNCHER, json.dumps(spec), "--", *argv]
 

@@ -7,7 +7,7 @@ must not depend on the grader's package being importable.
 Steps: unshare mount, network, PID, IPC and UTS namespaces (and a user namespace when not root);
 fork so the child is PID 1 of the new PID namespace (when it ends, the kernel kills every process
 left in it); mount a tmpfs as the new root holding read-only binds of the system and Python folders
-and a writable bind of the sandbox folder only; mount a fresh /proc; bring up loopback; chroot;
+and a size-limited tmpfs copy of the sandbox folder; mount a fresh /proc; bring up loopback; chroot;
 drop to the sandbox uid; forbid new privileges; exec.
 """
 
@@ -15,6 +15,7 @@ import ctypes
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -56,6 +57,16 @@ def build_root(spec: dict) -> str:
     # A fresh /tmp first: the sandbox folder may live under the host's /tmp and is bound in next.
     os.makedirs(f"{root}/tmp")
     mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    # The sandbox folder: a size-limited tmpfs holding a copy of it, so student code can write
+    # files (checkpoints, say) but cannot fill the grader's disk.
+    work = root + spec["cwd"]
+    os.makedirs(work)
+    mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=700,size={spec['disk_bytes']}")
+    shutil.copytree(spec["cwd"], work, symlinks=True, dirs_exist_ok=True)
+    if spec["uid"] is not None:
+        for folder, dirs, files in os.walk(work):
+            for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+                os.chown(name, spec["uid"], spec["gid"], follow_symlinks=False)
     for path, writable in spec["binds"]:
         if not os.path.exists(path):
             continue

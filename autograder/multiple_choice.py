@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import reprlib
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +72,19 @@ class DuplicateAnswer:
 
 
 class _AnswersLoader(yaml.SafeLoader):
-    """SafeLoader that records duplicate mapping keys instead of silently keeping the last."""
+    """SafeLoader that records duplicate mapping keys instead of silently keeping the last.
+
+    Aliases are refused: an answers file never needs them, and nested aliases ("billion
+    laughs") would make the trusted grader expand an exponentially large value.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in an answers file",
+                event.start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, yaml.MappingNode):
@@ -186,8 +199,14 @@ def find_answers_file(directory: Path) -> tuple[Path | None, list[str]]:
 
 
 def _show(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) \
-        else repr(value)
+    # reprlib bounds the work as well as the text, whatever the value's size.
+    if isinstance(value, str):
+        text = json.dumps(value[:limit])
+    elif isinstance(value, (int, float, bool, type(None))):
+        text = json.dumps(value) if not isinstance(value, int) or abs(value) < 10**30 \
+            else reprlib.repr(value)
+    else:
+        text = reprlib.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -240,8 +259,9 @@ def _problem(question: Question, value: Any, schema: dict[str, Any]) -> str | No
                 return f"item {i} of the list ({_show(item)}) is not a letter from {span}"
     else:
         if isinstance(value, list):
+            shown = (v if isinstance(v, str) and len(v) < 4 else _show(v) for v in value[:26])
             return (f"expects exactly one letter from {span}, but got several: "
-                    f"{', '.join(map(str, value))}")
+                    f"{', '.join(shown)}")
         if not isinstance(value, str):
             return f"expected one letter from {span}, got {kind} {_show(value)}"
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,8 +20,23 @@ from .schemas import validate
 PART_TITLES = {"multiple_choice": "Multiple choice", "coding": "Coding"}
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("autograder", "templates"),
-    autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True,
-    undefined=jinja2.StrictUndefined)
+    # Templates are named *.html.j2: escaping must follow that suffix, not ".html".
+    autoescape=jinja2.select_autoescape(["html", "html.j2"]), trim_blocks=True,
+    lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+_ENV.filters["md"] = lambda text: md_escape(str(text))
+_ENV.filters["fence"] = lambda text: fence(str(text))
+
+
+def md_escape(text: str) -> str:
+    """Student-influenced text as plain Markdown text: no headings, links, HTML or tables."""
+    text = re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
+    return " ".join(line.strip() for line in text.splitlines())
+
+
+def fence(text: str) -> str:
+    """A code fence longer than any run of backticks inside `text`, so it cannot be closed."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def gradescope_results(report: Report) -> dict:

@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from .config import AssignmentConfig
 
 PARTS = ("multiple_choice", "coding")
+MAX_MESSAGE = 4000  # characters of one message, whatever produced it (a forged reply, say)
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[:limit] + " [cut]"
 
 
 @dataclass
@@ -101,7 +106,7 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
         if output and o.output_cut:
             output += f"\n[output cut at {config.limits.output_bytes // 1024} KiB]"
         results.append(TestResult(o.name, "coding", o.function, max_score if passed else 0.0,
-                                  max_score, "passed" if passed else "failed", message,
+                                  max_score, "passed" if passed else "failed", clip(message),
                                   o.visibility, output))
     return results
 

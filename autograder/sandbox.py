@@ -14,6 +14,7 @@ import os
 import pickle
 import queue
 import resource
+import secrets
 import shutil
 import signal
 import socket
@@ -49,17 +50,31 @@ class StudentError(Exception):
     """An exception raised by student code, re-raised in the trusted test as plain data."""
 
     def __init__(self, function: str, info: dict) -> None:
-        names = [str(n) for n in info.get("type_names", [])] or ["Exception"]
         self.function = function
-        self.type_name = names[0]
-        self.type_names = names
-        self.message = str(info.get("message", ""))
-        self.where = str(info.get("where", ""))
+        self.type_names = _strings(info.get("type_names"))[:20] or ["Exception"]
+        self.qualified_names = _strings(info.get("qualified"))[:20]
+        self.type_name = self.type_names[0][:200]
+        self.message = str(info.get("message", ""))[:4000]
+        self.where = str(info.get("where", ""))[:500]
         super().__init__(f"{function} raised {self.type_name}: {self.message}")
 
     def is_a(self, type_name: str) -> bool:
-        """True if the student's exception is (a subclass of) the named built-in type."""
-        return type_name in self.type_names
+        """True if the student's exception is (a subclass of) the named type: a built-in one
+        for a bare name ('ValueError'), so a student's own class of that name does not count."""
+        wanted = type_name if "." in type_name else f"builtins.{type_name}"
+        return wanted in self.qualified_names
+
+
+class _EndedEarlier(Exception):
+    """The worker had already ended before the request was sent."""
+
+
+class _Malformed(SandboxFailure):
+    """A reply that does not follow the protocol: the sandbox is restarted."""
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if type(value) is list else []
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,7 @@ class SandboxLimits:
     max_file_bytes: int = 64 << 20
     max_open_files: int = 256
     max_processes: int = 256
+    disk_bytes: int = 256 << 20
     output_bytes: int = 1 << 20
 
 
@@ -151,7 +167,8 @@ def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path
     env = sandbox_env(sandbox_dir)
     command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
     mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
-    command = wrap(command, sandbox_dir, env, isolation, ids, mount_point, limits.max_processes)
+    command = wrap(command, sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
+                   limits.disk_bytes)
     with open(output_path, "ab") as out:
         popen = subprocess.Popen(
             command, cwd=sandbox_dir, env=env, stdin=subprocess.DEVNULL,
@@ -180,6 +197,7 @@ class Zygote:
         self._socket = ours
         self._spawned: queue.Queue[int | None] = queue.Queue()
         self._statuses: dict[int, int] = {}
+        self.exit_times: dict[int, float] = {}  # when each worker's end was reported
         self._changed = threading.Condition()
         self._ns_pids: dict[int, int] = {}
         self.isolated = isolation.mode != "none"
@@ -200,6 +218,7 @@ class Zygote:
             elif type(message.get("exited")) is int and type(message.get("status")) is int:
                 with self._changed:
                     self._statuses[message["exited"]] = message["status"]
+                    self.exit_times[message["exited"]] = time.monotonic()
                     self._changed.notify_all()
         with self._changed:
             self.alive = False
@@ -302,6 +321,15 @@ class _Process:
         self.zygote = zygote
         self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path)
         self._status: int | None = None
+        self.expected = "ready"  # the first frame of a serving worker
+        self.sent_at = time.monotonic()
+
+    def ended_before_last_send(self) -> bool:
+        """Whether the worker was already gone when the last request was sent (it died after
+        its previous reply, e.g. after forging one): that death is not this call's doing."""
+        self._wait(timeout=5)
+        ended = self.zygote.exit_times.get(self.zygote._ns_pids.get(self.pid, self.pid))
+        return ended is not None and ended < self.sent_at
 
     def _wait(self, timeout: float) -> int | None:
         if self._status is None:
@@ -309,21 +337,30 @@ class _Process:
         return self._status
 
     def send(self, request: dict) -> None:
+        # Each request carries an id its reply must echo: a frame student code wrote into the
+        # reply pipe itself can then never be taken for the reply to a later request.
+        self.expected = secrets.token_hex(8)
+        self.sent_at = time.monotonic()
         try:
-            wire.send(self.request_w, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            wire.send(self.request_w, pickle.dumps({**request, "id": self.expected},
+                                                   protocol=pickle.HIGHEST_PROTOCOL))
         except BrokenPipeError:
             pass  # the process is gone; the reply read reports how it ended
 
     def read(self, timeout: float) -> dict:
-        """The next reply, or WireTimeout / WireClosed / WireTooLarge / CodecError."""
-        raw = wire.recv(self.reply_r, timeout)
-        try:
-            reply = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise codec.CodecError("the sandbox sent a malformed reply") from exc
-        if type(reply) is not dict:
-            raise codec.CodecError("the sandbox sent a malformed reply")
-        return reply
+        """The reply to the last request, or WireTimeout / WireClosed / WireTooLarge /
+        CodecError. Stray frames with another id are skipped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            raw = wire.recv(self.reply_r, max(0.0, deadline - time.monotonic()))
+            try:
+                reply = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise codec.CodecError("the sandbox sent a malformed reply") from exc
+            if type(reply) is not dict:
+                raise codec.CodecError("the sandbox sent a malformed reply")
+            if reply.get("id") == self.expected:
+                return reply
 
     def how_it_ended(self) -> str:
         status = self._wait(timeout=5)
@@ -356,22 +393,23 @@ def _outcome(reply: dict, what: str, function: str) -> Any:
         try:
             return codec.decode(reply["value"])
         except codec.CodecError as exc:
-            raise SandboxFailure(f"the value returned by {what} could not be read: {exc}") from None
-    if "raised" in reply and type(reply["raised"]) is dict:
+            raise _Malformed(f"the value returned by {what} could not be read: {exc}") from None
+    if type(reply.get("raised")) is dict:
         raise StudentError(function, reply["raised"])
     if "exited" in reply:
-        raise SandboxFailure(f"your code called sys.exit({reply['exited']}) during {what}")
+        raise SandboxFailure(f"your code called sys.exit({str(reply['exited'])[:100]}) "
+                             f"during {what}")
     if "missing" in reply:
         raise SandboxFailure(f"your module has no function named {function!r}")
-    if "import_error" in reply and type(reply["import_error"]) is dict:
+    if type(reply.get("import_error")) is dict:
         error = StudentError(function, reply["import_error"])
         where = f" ({error.where})" if error.where else ""
         raise SandboxFailure(f"your module could not be imported: {error.type_name}: "
                              f"{error.message}{where}")
     if "codec_error" in reply:
         raise SandboxFailure(f"{what} returned something the grader cannot check: "
-                             f"{reply['codec_error']}")
-    raise SandboxFailure(f"the sandbox sent an unexpected reply during {what}")
+                             f"{str(reply['codec_error'])[:500]}")
+    raise _Malformed(f"the sandbox sent an unexpected reply during {what}")
 
 
 class Sandbox:
@@ -389,6 +427,7 @@ class Sandbox:
         prepare_folder(sandbox_dir, self.isolation, self.ids)
         self._zygote: Zygote | None = None
         self._process: _Process | None = None
+        self._import_hang: str | None = None
         self._output_offset = 0
 
     def zygote(self) -> Zygote:
@@ -412,35 +451,52 @@ class Sandbox:
 
     def _request(self, request: dict, what: str, function: str, timeout: float | None) -> Any:
         timeout = self.limits.call_timeout if timeout is None else timeout
-        started = time.monotonic()
+        if self._import_hang is not None:
+            raise SandboxFailure(self._import_hang)
         process = self._ensure_started(timeout)
         process.send(request)
-        left = max(0.1, timeout - (time.monotonic() - started))
-        reply = self._read(process, left, what, timeout)
-        return _outcome(reply, what, function)
+        try:
+            reply = self._read(process, timeout, what)
+        except _EndedEarlier:
+            process = self._ensure_started(timeout)  # a fresh worker, once
+            process.send(request)
+            reply = self._read(process, timeout, what)
+        try:
+            return _outcome(reply, what, function)
+        except _Malformed:
+            self.restart()  # the reply stream may be out of step: start clean
+            raise
 
     def _ensure_started(self, timeout: float) -> _Process:
         if self._process is None:
+            # Starting (or restarting) the zygote is the grader's time, not the student's.
             process = _Process(self.zygote(), self.module_name, "serve", self.output_path)
             self._process = process
-            # Importing torch and the student's module counts against the first call's time.
-            ready = self._read(process, max(timeout, 60.0), "the import of your module")
+            try:
+                ready = self._read(process, timeout, "the import of your module")
+            except SandboxFailure as exc:
+                if "timed out" in str(exc):
+                    # Not retried for every test: one hanging import costs one time limit.
+                    self._import_hang = (f"importing your module took longer than "
+                                         f"{timeout:.0f} s (the other tests were not run)")
+                raise
             if ready.get("ready") is not True:
                 self.restart()
                 raise SandboxFailure("the sandbox did not start properly")
         return self._process
 
-    def _read(self, process: _Process, timeout: float, what: str,
-              limit: float | None = None) -> dict:
+    def _read(self, process: _Process, timeout: float, what: str) -> dict:
         try:
             return process.read(timeout)
         except wire.WireTimeout:
             self.restart()
-            limit = timeout if limit is None else limit
-            raise SandboxFailure(f"timed out after {limit:.0f} s during {what}") from None
+            raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") from None
         except wire.WireClosed:
             ended = process.how_it_ended()
+            earlier = process.ended_before_last_send()
             self.restart()
+            if earlier:
+                raise _EndedEarlier() from None
             raise SandboxFailure(f"your code {ended} during {what}") from None
         except (wire.WireTooLarge, codec.CodecError) as exc:
             self.restart()

@@ -142,10 +142,11 @@ def encode_exception(exc: BaseException) -> dict:
         message = str(exc)
     except BaseException:  # a hostile __str__
         message = "<the exception's message could not be read>"
-    names = []
-    for cls in type(exc).__mro__:
-        names.append(str(getattr(cls, "__qualname__", "?")))
-    return {"type_names": names[:20], "message": message[:4000]}
+    mro = type(exc).__mro__[:20]
+    return {"type_names": [str(getattr(c, "__qualname__", "?")) for c in mro],
+            "qualified": [f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', '?')}"
+                          for c in mro],
+            "message": message[:4000]}
 
 
 # ---------------------------------------------------------------- trusted side: decode
@@ -191,14 +192,25 @@ def remote_identity(t: Any) -> str | None:
     return getattr(t, "_remote_identity", None)
 
 
-def decode(data: Any, depth: int = 0) -> Any:
-    """Rebuild a value from `encode`'s plain data; raises CodecError on anything else."""
+def decode(data: Any) -> Any:
+    """Rebuild a value from `encode`'s plain data; raises CodecError, and only CodecError, on
+    anything else: a forged reply is the student's fault, never an error of the grader."""
+    try:
+        return _decode(data, 0)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, RuntimeError,
+            OverflowError, RecursionError, MemoryError) as exc:  # binascii.Error is a ValueError
+        raise CodecError(f"malformed reply from the sandbox ({type(exc).__name__})") from None
+
+
+def _decode(data: Any, depth: int) -> Any:
     if depth > MAX_DEPTH + 2:
         raise CodecError("reply nested too deeply")
     if data is None or type(data) in (bool, int, float, str):
         return data
     if type(data) is list:
-        return [decode(v, depth + 1) for v in data]
+        return [_decode(v, depth + 1) for v in data]
     if type(data) is not dict or len(data) != 1:
         raise CodecError("malformed reply from the sandbox")
     (tag, body), = data.items()
@@ -207,11 +219,11 @@ def decode(data: Any, depth: int = 0) -> Any:
     if tag == "$float":
         return float(body)
     if tag == "$tuple":
-        return tuple(decode(v, depth + 1) for v in _expect(body, list))
+        return tuple(_decode(v, depth + 1) for v in _expect(body, list))
     if tag == "$map":
-        return {str(k): decode(v, depth + 1) for k, v in _expect(body, dict).items()}
+        return {str(k): _decode(v, depth + 1) for k, v in _expect(body, dict).items()}
     if tag == "$dict":
-        return {_hashable(decode(k, depth + 1)): decode(v, depth + 1)
+        return {_hashable(_decode(k, depth + 1)): _decode(v, depth + 1)
                 for k, v in _expect(body, list)}
     if tag == "$dtype":
         return _dtype(body)
@@ -280,7 +292,7 @@ def _module(body: dict, depth: int) -> ModuleSnapshot:
         type_name=_expect(body.get("type_name"), str),
         type_module=_expect(body.get("type_module"), str),
         lineage=[_expect(m, str) for m in _expect(body.get("lineage"), list)],
-        attributes={str(k): decode(v, depth + 1)
+        attributes={str(k): _decode(v, depth + 1)
                     for k, v in _expect(body.get("attributes"), dict).items()},
         parameters=tensors("parameters"),
         buffers=tensors("buffers"),

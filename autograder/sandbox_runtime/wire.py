@@ -29,7 +29,7 @@ def send(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def recv(fd: int, timeout: float | None = None, max_bytes: int = 256 * 1024 * 1024) -> bytes:
+def recv(fd: int, timeout: float | None = None, max_bytes: int = 96 * 1024 * 1024) -> bytes:
     deadline = None if timeout is None else time.monotonic() + timeout
     (size,) = HEADER.unpack(_read_exact(fd, HEADER.size, deadline))
     if size > max_bytes:

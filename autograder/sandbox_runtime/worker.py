@@ -98,16 +98,16 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str) -> None:
     torch.set_num_threads(1)
     module, import_error = _import_student(module_name)
     if mode == "serve":
-        _reply(reply_fd, {"ready": True, "import_error": import_error})
+        _reply(reply_fd, {"ready": True, "import_error": import_error, "id": "ready"})
         while True:
             try:
                 request = pickle.loads(wire.recv(request_fd))
             except wire.WireClosed:
                 os._exit(0)
-            _reply(reply_fd, _handle(request, module, import_error))
+            _reply(reply_fd, {**_handle(request, module, import_error), "id": request["id"]})
     else:  # "once": one probe per process (a rank of a multi-process scenario)
         request = pickle.loads(wire.recv(request_fd))
-        _reply(reply_fd, _handle(request, module, import_error))
+        _reply(reply_fd, {**_handle(request, module, import_error), "id": request["id"]})
         # Stay until the runner has every rank's reply (it then closes the pipe or kills us):
         # a rank that left early would take the TCP store, or its gloo peer, from ranks still
         # tearing down. Then skip interpreter teardown, which on CPU crashes now and then.
@@ -156,7 +156,8 @@ def _import_student(name: str) -> tuple[Any, dict | None]:
     try:
         return importlib.import_module(name), None
     except SystemExit as exc:
-        return None, {"type_names": ["SystemExit"], "message": f"exit({exc.code!r}) at import"}
+        return None, {"type_names": ["SystemExit"], "qualified": ["builtins.SystemExit"],
+                      "message": f"exit({exc.code!r}) at import"}
     except BaseException as exc:  # noqa: BLE001 - every failure must become a report
         info = codec.encode_exception(exc)
         info["where"] = _student_frames(exc, name)
