@@ -92,6 +92,9 @@ apt-get install -y --no-install-recommends "$PYTHON" "$PYTHON-venv"
 "$VENV/bin/pip" install --no-cache-dir -r "$SOURCE/requirements.txt"
 "$VENV/bin/pip" install --no-cache-dir --no-deps "$SOURCE"
 chmod +x /autograder/run_autograder "$SOURCE/run_autograder" 2>/dev/null || true
+# Hidden tests and the key readable by root alone: if the container refuses namespaces, the
+# sandboxes still run as their own unprivileged users, and file permissions are the wall.
+chmod -R go-rwx "$SOURCE"
 # A broken install fails the image build here, not every submission later.
 AUTOGRADER_ROOT="$SOURCE" "$VENV/bin/python" -c \\
     "import torch, autograder.grade; print('torch', torch.__version__, 'ok')"

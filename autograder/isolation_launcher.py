@@ -86,9 +86,27 @@ def build_root(spec: dict) -> str:
     return root
 
 
+def drop_and_exec(spec: dict, argv: list[str]) -> None:
+    """Become the sandbox user, forbid new privileges, apply limits, exec."""
+    if spec["uid"] is not None:
+        os.setgroups([])
+        os.setgid(spec["gid"])
+        os.setuid(spec["uid"])
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    import resource
+
+    for name, value in spec["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    os.execve(argv[0], argv, spec["env"])
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     argv = sys.argv[sys.argv.index("--") + 1:]
+    if spec["mode"] == "uid":  # root where namespaces are refused (a locked-down container)
+        os.chdir(spec["cwd"])
+        drop_and_exec(spec, argv)
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if spec["user_namespace"]:
@@ -111,17 +129,7 @@ def main() -> None:
     loopback_up()
     os.chroot(root)
     os.chdir(spec["cwd"])
-    if spec["uid"] is not None:
-        os.setgroups([])
-        os.setgid(spec["gid"])
-        os.setuid(spec["uid"])
-    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-    import resource
-
-    for name, value in spec["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), (value, value))
-    os.execve(argv[0], argv, spec["env"])
+    drop_and_exec(spec, argv)
 
 
 try:

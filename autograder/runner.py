@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def main() -> None:
     # Not dumpable: a same-user process (a sandbox without isolation) cannot read this process's
     # memory, environment or file descriptors through /proc.
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    os.umask(0o077)  # its logs (pytest's output) readable by the grader's user alone
     job = Job(**json.load(sys.stdin))
     sys.exit(run(job, int(sys.argv[1])))
 
