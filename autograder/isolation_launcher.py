@@ -102,6 +102,7 @@ def drop_and_exec(spec: dict, argv: list[str]) -> None:
 
 
 def main() -> None:
+    os.umask(0o022)  # folders made for the new root must be traversable by the sandbox user
     spec = json.loads(sys.argv[1])
     argv = sys.argv[sys.argv.index("--") + 1:]
     if spec["mode"] == "uid":  # root where namespaces are refused (a locked-down container)

@@ -97,6 +97,9 @@ class Student:
         self._plugin, self._spec = plugin, spec
         self._deadline = time.monotonic() + spec.timeout
 
+    def _left(self) -> float:
+        return max(0.1, self._deadline - time.monotonic())
+
     def _timeout(self) -> float:
         left = self._deadline - time.monotonic()
         if left <= 0:
@@ -114,14 +117,14 @@ class Student:
             raise AttributeError(name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._sandbox().call(name, args, kwargs, self._timeout())
+            return self._sandbox().call(name, args, kwargs, self._timeout(), self._left())
 
         return call
 
     def probe(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(module, *args, **kwargs)` from probes.py in the sandbox."""
         return self._sandbox().probe(_probe_name(fn), args, kwargs, self._spec.function,
-                                     self._timeout())
+                                     self._timeout(), self._left())
 
     def run_ranks(self, fn: Callable, world_size: int, *args: Any) -> list[Any]:
         """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes."""

@@ -428,6 +428,7 @@ class Sandbox:
         self._zygote: Zygote | None = None
         self._process: _Process | None = None
         self._import_hang: str | None = None
+        self._budget: float | None = None
         self._output_offset = 0
 
     def zygote(self) -> Zygote:
@@ -439,12 +440,20 @@ class Sandbox:
             self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids)
         return self._zygote
 
-    def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None) -> Any:
+    # Importing the student's module (once per worker) may take longer than one call: it gets
+    # this much, or the test's remaining time (`budget`) when that is shorter. A hang costs
+    # it once per submission (see _import_hang).
+    IMPORT_SECONDS = 30.0
+
+    def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None,
+             budget: float | None = None) -> Any:
+        self._budget = budget
         return self._request({"op": "call", "name": name, "args": tuple(args),
                               "kwargs": dict(kwargs)}, name, name, timeout)
 
     def probe(self, name: str, args: Sequence, kwargs: dict, function: str,
-              timeout: float | None = None) -> Any:
+              timeout: float | None = None, budget: float | None = None) -> Any:
+        self._budget = budget
         return self._request({"op": "probe", "name": name, "args": tuple(args),
                               "kwargs": dict(kwargs)}, f"{function} (scenario {name})", function,
                              timeout)
@@ -473,12 +482,15 @@ class Sandbox:
             process = _Process(self.zygote(), self.module_name, "serve", self.output_path)
             self._process = process
             try:
-                ready = self._read(process, timeout, "the import of your module")
+                allowed = max(timeout, self.IMPORT_SECONDS)
+                if self._budget is not None:
+                    allowed = max(timeout, min(allowed, self._budget))
+                ready = self._read(process, allowed, "the import of your module")
             except SandboxFailure as exc:
                 if "timed out" in str(exc):
                     # Not retried for every test: one hanging import costs one time limit.
                     self._import_hang = (f"importing your module took longer than "
-                                         f"{timeout:.0f} s (the other tests were not run)")
+                                         f"{allowed:.0f} s (the other tests were not run)")
                 raise
             if ready.get("ready") is not True:
                 self.restart()

@@ -179,3 +179,11 @@ def test_pending_gpu_policy_scores_gpu_tests_zero_until_a_regrade(tmp_path):
     assert report.score == 9 and report.max_score == 10
     assert any("pending a regrade on a GPU grader" in w for w in report.warnings)
     assert "pending" in (out / "report.md").read_text()
+
+
+def test_grading_uses_the_strongest_isolation_this_machine_supports(tmp_path):
+    from autograder.isolation import detect
+
+    report, _, _ = run(tmp_path, submit(tmp_path))
+    assert report.environment["isolation"] == detect().mode
+    assert report.environment["protections"] == detect().protections

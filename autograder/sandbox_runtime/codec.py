@@ -195,6 +195,7 @@ def remote_identity(t: Any) -> str | None:
 def decode(data: Any) -> Any:
     """Rebuild a value from `encode`'s plain data; raises CodecError, and only CodecError, on
     anything else: a forged reply is the student's fault, never an error of the grader."""
+    _count(data)
     try:
         return _decode(data, 0)
     except CodecError:
@@ -202,6 +203,20 @@ def decode(data: Any) -> Any:
     except (ValueError, TypeError, KeyError, AttributeError, IndexError, RuntimeError,
             OverflowError, RecursionError, MemoryError) as exc:  # binascii.Error is a ValueError
         raise CodecError(f"malformed reply from the sandbox ({type(exc).__name__})") from None
+
+
+def _count(data: Any) -> None:
+    """Refuse replies with more items than any honest value has (cheap: no recursion)."""
+    stack, seen = [data], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > MAX_ITEMS:
+            raise CodecError(f"the reply holds more than {MAX_ITEMS} values")
+        if type(item) is list:
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.values())
 
 
 def _decode(data: Any, depth: int) -> Any:

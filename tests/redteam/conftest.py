@@ -123,7 +123,7 @@ def _plant(path: Path, canary: str, comment: str = "#") -> None:
 def make_secrets(base: Path) -> Secrets:
     canary = f"CANARY-{uuid.uuid4().hex}"
     copies = {}
-    for name, submission_limit in (("toy", None), ("toy-short", 12)):
+    for name, submission_limit in (("toy", None), ("toy-short", 20)):
         root = base / name
         shutil.copytree(TOY, root, ignore=shutil.ignore_patterns("submissions", "__pycache__"))
         config = root / "grading.yml"

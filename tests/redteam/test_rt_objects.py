@@ -344,7 +344,8 @@ def test_forged_replies_are_the_students_fault_and_cost_only_their_test(graded):
 def test_a_forged_huge_value_and_message_do_not_change_the_score(graded, secrets):
     assert_sound(graded, legit_max(set(HONEST) - {ADD_RANKS, SCALE}), secrets)
     assert graded.passed() >= set(HONEST) - {ADD_RANKS, SCALE}
-    assert graded.message(ADD_RANKS) == "each rank adds its rank"
+    # 4 million values are more than any honest reply holds: refused before decoding.
+    assert "more than 100000 values" in graded.message(ADD_RANKS)
     assert graded.message(SCALE).startswith("scale raised ValueError: HUGE")
 
 
