@@ -11,7 +11,7 @@ $(BIN)/autograder: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH) numpy
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,notebook]'
 	touch $@
 
 venv: $(BIN)/autograder

@@ -17,6 +17,7 @@ from .archives import ArchiveError, extract_zip
 from .assignment import Assignment, load_assignment
 from .coding import run_hidden_tests
 from .multiple_choice import grade_answers
+from .notebook import NotebookError, extract_module
 from .paths import GRADING_CONFIG
 from .report import write_outputs
 from .results import Report, TestResult, build_report, clip, coding_results
@@ -68,16 +69,36 @@ def _grade(submission: Path, assignment: Assignment, workdir: Path, started: flo
 
 
 def _submission_files(submission: Path, unpack_to: Path, module: str) -> SubmissionFiles:
-    """Locate the files of a folder, or of a zip upload extracted safely."""
+    """Locate the files of a folder, or of a zip upload extracted safely; a notebook without
+    the module gives the module, extracted next to `unpack_to`."""
     if not (submission.is_file() and submission.suffix.lower() == ".zip"):
-        return locate(submission, module)
-    unpack_to.mkdir()
+        files = locate(submission, module)
+    else:
+        unpack_to.mkdir()
+        try:
+            extract_zip(submission, unpack_to)
+        except ArchiveError as exc:
+            problem = f"{submission.name}: {exc}"
+            return SubmissionFiles(unpack_to, None, problem, None, [problem])
+        files = locate(unpack_to, module)
+    if files.module is None and files.notebook is not None:
+        _module_from_notebook(files, unpack_to.parent / "notebook", module)
+    return files
+
+
+def _module_from_notebook(files: SubmissionFiles, folder: Path, module: str) -> None:
+    # JSON only, here in the trusted parent: the notebook's code runs in the sandbox, as a module.
     try:
-        extract_zip(submission, unpack_to)
-    except ArchiveError as exc:
-        problem = f"{submission.name}: {exc}"
-        return SubmissionFiles(unpack_to, None, problem, None, [problem])
-    return locate(unpack_to, module)
+        extracted = extract_module(files.notebook, module)
+    except (NotebookError, OSError) as exc:
+        files.module_problem = str(exc)
+        return
+    folder.mkdir(exist_ok=True)
+    files.module = folder / f"{module}.py"
+    files.module.write_text(extracted.source, encoding="utf-8")
+    files.warnings += [f"{files.notebook.name} was converted to {module}.py: the code of its "
+                       "solution cells and locked code cells, in notebook order; other cells "
+                       "were left out", *extracted.warnings]
 
 
 def _question_result(r, assignment: Assignment) -> TestResult:

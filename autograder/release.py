@@ -28,6 +28,7 @@ from . import student_check
 from .assignment import Assignment, load_assignment
 from .config import load_config
 from .markers import reference, strip_solutions
+from .notebook import template_notebook
 from .paths import GRADING_CONFIG
 from .paths import ROOT as ENGINE_ROOT
 from .questions import QuestionBank, render_answers_schema
@@ -151,6 +152,7 @@ Due {{ c.due }}.
 |---|---|
 | `{{ module }}.py` | the functions to implement: replace each `raise NotImplementedError(...)` \
 with your code; the docstrings are the specification the grader checks |
+| `{{ module }}.ipynb` | the same, as a Jupyter notebook, if you prefer one: one cell per function |
 | `answers.yml` | {{ questions }} multiple-choice questions: replace each `null` with your answer |
 {% if public_tests %}
 | `tests/` | the public tests: a sample of what the grader checks |
@@ -212,6 +214,12 @@ The public tests also run with plain pytest: `python -m pytest tests`.
 Upload two files, with these names: `{{ module }}.py` and `answers.yml` (a zip of the two is
 fine too). The other files here are not graded.
 
+If you worked in the notebook, upload `{{ module }}.ipynb` instead of `{{ module }}.py`: the
+grader takes the code of its function cells and of its locked cells (the imports), in notebook
+order, and nothing else: write all your code, helpers included, in the function cells. Cells you
+add are left out, and IPython magics (`%...`, `!...`) are commented out. `check.py` and the
+public tests read `{{ module }}.py`, not the notebook.
+
 ## How it is graded
 
 - Multiple choice, {{ c.multiple_choice.points | g }} points: each question scores its points when
@@ -263,8 +271,10 @@ def student_files(assignment: Assignment, torch: str) -> dict[str, bytes]:
     module = assignment.config.module
     if not assignment.solution.is_file():
         raise ReleaseError(f"{assignment.name}: no reference solution at {assignment.solution}")
+    stubs = strip_solutions(assignment.solution.read_text(encoding="utf-8"))
     text = {
-        f"{module}.py": strip_solutions(assignment.solution.read_text(encoding="utf-8")),
+        f"{module}.py": stubs,
+        f"{module}.ipynb": template_notebook(stubs),  # the same stubs, as nbgrader cells
         "answers.yml": answers_template(assignment),
         "answers.schema.json": render_answers_schema(assignment.bank),
         "check.py": check_script(module),

@@ -20,6 +20,8 @@ class SubmissionFiles:
     module_problem: str | None
     answers: Path | None
     warnings: list[str] = field(default_factory=list)
+    # MODULE.ipynb when there is no MODULE.py: the grader extracts the module from it.
+    notebook: Path | None = None
 
 
 def locate(submission: Path, module_name: str) -> SubmissionFiles:
@@ -29,7 +31,10 @@ def locate(submission: Path, module_name: str) -> SubmissionFiles:
                                None, [])
     root, warnings = _descend(submission, module_name)
     module, module_problem = _find(root, f"{module_name}.py", (".py",), warnings)
+    notebook = None
     if module is None and module_problem is None:
+        notebook, module_problem = _find(root, f"{module_name}.ipynb", (".ipynb",), warnings)
+    if module is None and module_problem is None and notebook is None:
         others = sorted(p.name for p in root.glob("*.py"))
         module_problem = (f"no {module_name}.py found in your submission"
                           + (f" (found: {', '.join(others)}); name your file {module_name}.py"
@@ -39,12 +44,12 @@ def locate(submission: Path, module_name: str) -> SubmissionFiles:
         answers, _ = _find(root, name, (Path(name).suffix,), warnings)
         if answers is not None:
             break
-    return SubmissionFiles(root, module, module_problem, answers, warnings)
+    return SubmissionFiles(root, module, module_problem, answers, warnings, notebook)
 
 
 def _descend(root: Path, module_name: str) -> tuple[Path, list[str]]:
     # Zipping a folder gives one nested folder holding everything: look inside it.
-    expected = {f"{module_name}.py", *ANSWERS_NAMES}
+    expected = {f"{module_name}.py", f"{module_name}.ipynb", *ANSWERS_NAMES}
     entries = [p for p in root.iterdir() if not p.name.startswith((".", "__MACOSX"))]
     if not any(p.name in expected for p in entries):
         folders = [p for p in entries if p.is_dir() and not p.is_symlink()]

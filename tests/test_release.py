@@ -118,8 +118,8 @@ def test_template_files_come_from_the_sources() -> None:
     files = student_files(ASSIGNMENT, TORCH)
     public = ASSIGNMENT.public_tests
     assert sorted(files) == sorted(
-        ["README.md", "answers.schema.json", "answers.yml", "check.py", "dp_basics.py",
-         "requirements.txt"] + [f"tests/{p.name}" for p in public.glob("*.py")])
+        ["README.md", "answers.schema.json", "answers.yml", "check.py", "dp_basics.ipynb",
+         "dp_basics.py", "requirements.txt"] + [f"tests/{p.name}" for p in public.glob("*.py")])
     assert files["dp_basics.py"].decode() == strip_solutions(ASSIGNMENT.solution.read_text())
     assert b"### BEGIN SOLUTION" not in files["dp_basics.py"]
     assert files["answers.schema.json"] == (ROOT / "schemas" / "answers.schema.json").read_bytes()

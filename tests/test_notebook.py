@@ -1,0 +1,205 @@
+"""The notebook flavour of dp_basics: the template notebook, and notebook submissions.
+
+The template notebook is checked against nbformat's schema always and nbgrader's own metadata
+validator when nbgrader is installed (`pip install -e '.[notebook]'`, as `make` does). One real
+grading (~15 s) shows a notebook holding the reference solution earns full coding marks.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import json
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.assignment import load_assignment
+from autograder.grade import _submission_files, grade_loaded
+from autograder.markers import reference, strip_solutions
+from autograder.notebook import NotebookError, extract_module, template_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = load_assignment("dp_basics")
+MODULE = ASSIGNMENT.config.module
+SOLUTION = ASSIGNMENT.solution.read_text(encoding="utf-8")
+TEMPLATE = strip_solutions(SOLUTION)
+COMMITTED = ROOT / "student_templates" / "dp_basics" / "dp_basics.ipynb"
+
+
+def notebook() -> dict:
+    return json.loads(template_notebook(TEMPLATE))
+
+
+def write(folder: Path, name: str, content: dict | str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def located(tmp_path: Path, folder: Path):
+    return _submission_files(folder, tmp_path / "work" / "upload", MODULE)
+
+
+def _without_docstring(source: str) -> str:
+    tree = ast.parse(source)
+    if ast.get_docstring(tree) is not None:
+        tree.body.pop(0)
+    return ast.dump(tree)
+
+
+# ----------------------------------------------------------------------------- the template
+
+
+def test_committed_notebook_is_generated_and_deterministic() -> None:
+    text = template_notebook(TEMPLATE)
+    assert text == template_notebook(TEMPLATE)
+    assert COMMITTED.read_text(encoding="utf-8") == text  # `release --check` covers it too
+
+
+def test_template_notebook_is_valid_nbformat_written_as_nbformat_writes_it() -> None:
+    text = COMMITTED.read_text(encoding="utf-8")
+    nb = nbformat.reads(text, as_version=4)
+    nbformat.validate(nb)
+    assert nbformat.writes(nb) + "\n" == text
+
+
+def test_template_notebook_passes_nbgrader_metadata_validation() -> None:
+    nbgraderformat = pytest.importorskip(
+        "nbgrader.nbgraderformat",
+        reason="nbgrader is not installed (pip install -e '.[notebook]'): its metadata "
+               "validator cannot run; nbformat's schema is still checked")
+    nb = nbformat.reads(COMMITTED.read_text(encoding="utf-8"), as_version=4)
+    validator = nbgraderformat.MetadataValidator()
+    assert validator.schema_version == 3
+    validator.validate_nb(nb)
+    # Validation must not have needed an upgrade either: the metadata is already v3 as written.
+    upgraded = validator.upgrade_notebook_metadata(copy.deepcopy(nb))
+    assert upgraded == nb
+
+
+def test_template_cells_follow_the_module() -> None:
+    cells = notebook()["cells"]
+    meta = [c["metadata"]["nbgrader"] for c in cells]
+    assert cells[0]["cell_type"] == "markdown"
+    assert "".join(cells[0]["source"]) == ast.get_docstring(ast.parse(TEMPLATE))
+    assert cells[1]["cell_type"] == "code" and "import torch\n" in cells[1]["source"]
+    solutions = [m["grade_id"] for m in meta if m["solution"]]
+    assert solutions == list(ASSIGNMENT.config.functions)  # one cell per function, in order
+    for cell, m in zip(cells, meta, strict=True):
+        assert cell["id"] == m["grade_id"]
+        assert m == {"grade": False, "grade_id": m["grade_id"], "locked": not m["solution"],
+                     "schema_version": 3, "solution": m["solution"]}
+        if m["solution"]:
+            assert f"def {m['grade_id']}(" in "".join(cell["source"])
+            assert "raise NotImplementedError" in "".join(cell["source"])
+
+
+def test_template_notebook_extracts_to_the_template_module(tmp_path: Path) -> None:
+    extracted = extract_module(COMMITTED, MODULE)
+    assert extracted.warnings == []
+    # Same code as dp_basics.py, statement for statement (the docstring is the markdown cell).
+    assert _without_docstring(extracted.source) == _without_docstring(TEMPLATE)
+    module = types.ModuleType(MODULE)
+    exec(compile(extracted.source, f"{MODULE}.py", "exec"), module.__dict__)  # our own stubs
+    for function in ASSIGNMENT.config.functions:
+        stub = getattr(module, function)
+        required = [p for p in inspect.signature(stub).parameters.values()
+                    if p.default is inspect.Parameter.empty]
+        with pytest.raises(NotImplementedError, match=f"{function} is not implemented yet"):
+            stub(*[None] * len(required))
+
+
+# ----------------------------------------------------------------------------- submissions
+
+
+def _reference_functions() -> dict[str, str]:
+    source = reference(SOLUTION)
+    lines = source.splitlines(keepends=True)
+    return {node.name: "".join(lines[node.lineno - 1:node.end_lineno])
+            for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+
+
+@pytest.mark.slow
+def test_notebook_with_the_reference_solution_gets_full_coding_marks(tmp_path: Path) -> None:
+    nb = notebook()
+    functions = _reference_functions()
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"]["nbgrader"]["grade_id"]
+        if cell["metadata"]["nbgrader"]["solution"]:
+            cell["source"] = functions[grade_id]
+    first = next(c for c in nb["cells"] if c["metadata"]["nbgrader"]["solution"])
+    first["source"] = "%load_ext autoreload\n!nvidia-smi\n" + first["source"]
+    # A cell of the student's own (no nbgrader metadata) is left out: it would fail the import.
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "scratch",
+                        "metadata": {}, "outputs": [], "source": "raise SystemExit(1)\n"})
+    folder = tmp_path / "submission"
+    write(folder, "dp_basics (1).ipynb", nb)  # an upload rename, and no dp_basics.py
+
+    report = grade_loaded(folder, ASSIGNMENT, tmp_path / "out")
+
+    coding = next(p for p in report.parts if p.name == "coding")
+    failed = [f"{t.name}: {t.message}" for t in report.tests
+              if t.part == "coding" and t.status == "failed"]
+    assert coding.score == coding.max_score == 70, failed
+    assert any("dp_basics (1).ipynb was converted to dp_basics.py" in w for w in report.warnings)
+    assert any("`%load_ext autoreload` is an IPython magic" in w for w in report.warnings)
+    assert any("`!nvidia-smi` is an IPython magic" in w for w in report.warnings)
+
+
+def test_notebook_without_solution_cells_is_a_clear_module_problem(tmp_path: Path) -> None:
+    nb = notebook()
+    for cell in nb["cells"]:
+        cell["metadata"] = {}  # as when code is pasted into fresh cells
+    files = located(tmp_path, write(tmp_path / "sub", "dp_basics.ipynb", nb).parent)
+    assert files.module is None
+    assert files.module_problem.startswith(
+        "dp_basics.ipynb has no solution cells (cells with nbgrader solution metadata): ")
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"cells": [', "dp_basics.ipynb is not a valid notebook: it is not valid JSON"),
+    ('{"cells": "no", "nbformat": 4}', "dp_basics.ipynb is not a Jupyter notebook in format 4"),
+    ("[" * 100_000, "dp_basics.ipynb is not a valid notebook: its JSON is nested too deeply"),
+])
+def test_malformed_notebook_is_a_clear_module_problem(tmp_path: Path, content: str,
+                                                      message: str) -> None:
+    files = located(tmp_path, write(tmp_path / "sub", "dp_basics.ipynb", content).parent)
+    assert files.module is None and files.module_problem.startswith(message)
+
+
+def test_module_file_wins_over_a_notebook(tmp_path: Path) -> None:
+    folder = tmp_path / "sub"
+    write(folder, "dp_basics.ipynb", "not json")
+    write(folder, "dp_basics.py", "x = 1\n")
+    files = located(tmp_path, folder)
+    assert files.module == folder / "dp_basics.py" and files.module_problem is None
+
+
+def test_magics_are_commented_out_and_strings_left_alone(tmp_path: Path) -> None:
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {"nbgrader": {"solution": True, "grade_id": "f"}},
+         "source": ["%matplotlib inline\n", "def f():\n", "    !ls\n", "    return 1\n"]},
+        {"cell_type": "code", "metadata": {"nbgrader": {"solution": True, "grade_id": "g"}},
+         "source": 'def g():\n    return """\n%not a magic\n"""\n'},
+        {"cell_type": "code", "metadata": {"nbgrader": {"solution": True, "grade_id": "h"}},
+         "source": "%%bash\necho hi\n"},
+        {"cell_type": "code", "metadata": {"nbgrader": {"locked": True, "grade": True}},
+         "source": "assert f() == 2  # an nbgrader test cell: never part of the module\n"},
+    ]}
+    extracted = extract_module(write(tmp_path, "dp_basics.ipynb", nb), MODULE)
+    namespace: dict = {}
+    exec(compile(extracted.source, "dp_basics.py", "exec"), namespace)
+    assert namespace["f"]() == 1 and namespace["g"]() == "\n%not a magic\n"
+    assert "assert f() == 2" not in extracted.source
+    assert len(extracted.warnings) == 3 and "cell magic `%%bash`" in extracted.warnings[2]
+
+
+def test_extract_module_refuses_huge_notebooks(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("autograder.notebook.MAX_NOTEBOOK_BYTES", 10)
+    with pytest.raises(NotebookError, match="larger than"):
+        extract_module(write(tmp_path, "dp_basics.ipynb", notebook()), MODULE)
