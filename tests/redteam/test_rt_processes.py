@@ -323,10 +323,14 @@ def test_loops_and_sleeps_in_calls_time_out(graded, secrets):
 
 @pytest.mark.submission("infinite_loop_at_import")
 def test_infinite_loop_at_import_is_bounded(graded, secrets):
-    """Bounded by the submission's time limit (20 s here), every test reported."""
+    """A hanging import is waited for once, for one test's time (8 s here), or stopped by the
+    submission's time limit (20 s here) when the machine is slow; every test says which."""
     assert_sound(graded, legit_max(()), secrets)
     assert graded.wall < 30
-    assert any("time limit" in graded.message(t) for t in RUN)
+    why = ("during the import of your module", "importing your module took longer than",
+           "time limit")
+    for test in set(RUN) - {ADD_RANKS}:  # ranks start fresh sandboxes: they time out on their own
+        assert any(w in graded.message(test) for w in why), (test, graded.message(test))
 
 
 @pytest.mark.submission("long_sleep_at_import")
