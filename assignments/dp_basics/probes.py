@@ -255,6 +255,22 @@ def _init_group(rank: int, world_size: int, port: int, backend: str = "gloo") ->
     dist.barrier()
 
 
+# What a rank must never free. Dropping the last reference to a DDP model destroys its gloo group
+# while holding the GIL, and a gloo thread still tearing down the last all-reduce may be waiting
+# for the GIL: a deadlock (torch 2.13; about 1 run in 7 once the sandbox preloads torch._dynamo).
+# A rank ends with os._exit, so keeping them costs nothing.
+_KEPT_ALIVE: list = []
+
+
+def _keep(*objects: Any) -> None:
+    _KEPT_ALIVE.extend(objects)
+
+
+def _kept(value: Any) -> Any:
+    _KEPT_ALIVE.append(value)
+    return value
+
+
 def _destroy_group() -> dict | None:
     if dist.is_available() and dist.is_initialized():
         try:
@@ -306,6 +322,7 @@ def wrap_dp_of_ddp(mod: Any, rank: int, world_size: int, port: int) -> dict:
     seed_all(0)
     _init_group(rank, world_size, port)
     ddp = DistributedDataParallel(nn.Linear(3, 2))
+    _keep(ddp)
     report = _attempt(lambda: mod.wrap_data_parallel(ddp) is ddp)
     report["with_ids"] = _attempt(lambda: mod.wrap_data_parallel(ddp, [0]) is ddp)
     report["cleanup_error"] = _destroy_group()
@@ -419,7 +436,8 @@ def convert_syncbn_in_ddp(mod: Any, rank: int, world_size: int, port: int) -> di
     seed_all(0)
     _init_group(rank, world_size, port)
     ddp = DistributedDataParallel(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
-    report = _attempt(lambda: _norm_report(mod.convert_to_sync_batchnorm(ddp)))
+    _keep(ddp)
+    report = _attempt(lambda: _norm_report(_kept(mod.convert_to_sync_batchnorm(ddp))))
     report["cleanup_error"] = _destroy_group()
     return report
 
@@ -498,6 +516,7 @@ def wrap_ddp_report(mod: Any, rank: int, world_size: int, port: int, model: nn.M
     before = _state(model)
     kwargs = {} if sync_batchnorm is None else {"sync_batchnorm": sync_batchnorm}
     report = _attempt(mod.wrap_ddp, model, torch.device("cpu"), **kwargs)
+    _keep(report)
     report["before"] = before
     if "value" in report:
         wrapped = report["value"]
@@ -542,6 +561,7 @@ def ddp_train(mod: Any, rank: int, world_size: int, port: int, model: nn.Module,
         ddp = mod.wrap_ddp(model, device)
     else:
         ddp = DistributedDataParallel(model.to(device))
+    _keep(ddp)
     if "make_distributed_loader" in use:
         loader = mod.make_distributed_loader(dataset, global_batch, rank, world_size,
                                              shuffle=False)
@@ -650,6 +670,7 @@ def ddp_gpu_ranks(mod: Any, rank: int, world_size: int, port: int, model: nn.Mod
     report: dict[str, Any] = {"device": str(device), **_store_state(),
                               "current_cuda_device": int(torch.cuda.current_device())}
     ddp = mod.wrap_ddp(model, device, sync_batchnorm=sync_batchnorm)
+    _keep(ddp)
     report["device_ids"] = [int(i) for i in (ddp.device_ids or [])]
     report["norm_types"] = sorted({type(m).__name__ for m in ddp.modules()
                                    if isinstance(m, nn.modules.batchnorm._NormBase)})
@@ -674,6 +695,7 @@ def unwrap_in_ddp(mod: Any, rank: int, world_size: int, port: int) -> dict:
     ddp = DistributedDataParallel(inner)
     inner2 = nn.Linear(2, 2)
     nested = DistributedDataParallel(nn.DataParallel(inner2))
+    _keep(ddp, nested)
     report = {"ddp": _attempt(lambda: mod.unwrap_model(ddp) is inner),
               "ddp_dp": _attempt(lambda: mod.unwrap_model(nested) is inner2)}
     report["cleanup_error"] = _destroy_group()

@@ -37,7 +37,11 @@ def zygote(control_fd: int) -> None:
     import socket
 
     import torch
-    import torch.distributed  # noqa: F401 - the heavy imports every child would repeat
+
+    # The heavy imports every child would repeat. DistributedDataParallel imports torch._dynamo
+    # on first use: about 1 s in every rank without this (see probes._keep for what it exposed).
+    import torch._dynamo  # noqa: F401
+    import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
     # Threads before a fork can deadlock the child: keep torch single-threaded, do no math here.
