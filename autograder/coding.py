@@ -22,6 +22,7 @@ from .assignment import Assignment
 from .cgroups import remove_left_by
 from .pytest_plugin import Job
 from .results import CodingOutcome
+from .runner_server import ForkedRunner, RunnerServer
 from .sandbox import prepare_sandbox_dir
 from .submission import SubmissionFiles
 
@@ -103,17 +104,9 @@ class _Supervisor:
         """One runner process; True when it finished the suite."""
         job = Job(**{**asdict(self.job), "skip": sorted(self.results)})
         read_fd, write_fd = os.pipe()
-        log = open(Path(job.output_dir) / "runner.log", "ab")
-        runner = subprocess.Popen(
-            # -I: neither the working folder nor PYTHON* variables reach sys.path, so nothing a
-            # sandbox could write there is ever imported as (part of) the runner.
-            [sys.executable, "-I", "-m", "autograder.runner", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
-            start_new_session=True, cwd=job.output_dir)
+        with open(Path(job.output_dir) / "runner.log", "ab") as log:
+            runner = _start_runner(job, write_fd, log)
         os.close(write_fd)
-        log.close()
-        runner.stdin.write(json.dumps(asdict(job)).encode())
-        runner.stdin.close()
         current, finished, buffer = None, False, b""
         try:
             while not finished:
@@ -161,6 +154,27 @@ class _Supervisor:
                                                f"({_ended(runner.returncode)}); did your code kill "
                                                f"its parent process?"}
         return finished
+
+
+# Set by a batch worker (see batch_worker.warm_up): runners are then forked warm from it.
+runner_server: RunnerServer | None = None
+
+
+def _start_runner(job: Job, write_fd: int, log) -> subprocess.Popen | ForkedRunner:
+    payload = json.dumps(asdict(job))
+    if runner_server is not None and runner_server.alive:
+        forked = runner_server.spawn(payload, write_fd, log.fileno())
+        if forked is not None:
+            return forked
+    runner = subprocess.Popen(
+        # -I: neither the working folder nor PYTHON* variables reach sys.path, so nothing a
+        # sandbox could write there is ever imported as (part of) the runner.
+        [sys.executable, "-I", "-m", "autograder.runner", str(write_fd)],
+        stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
+        start_new_session=True, cwd=job.output_dir)
+    runner.stdin.write(payload.encode())
+    runner.stdin.close()
+    return runner
 
 
 def _ended(code: int) -> str:

@@ -74,7 +74,15 @@ def wrap(argv: list[str], sandbox_dir: Path, env: dict[str, str], isolation: Iso
     """The command that runs `argv` isolated (unchanged when there is no isolation)."""
     if isolation.mode == "none":
         return argv
-    spec = {
+    spec = launch_spec(sandbox_dir, env, isolation, ids, root_mount, max_processes, disk_bytes)
+    return [sys.executable, "-I", "-S", "-B", "-c", LAUNCHER, json.dumps(spec), "--", *argv]
+
+
+def launch_spec(sandbox_dir: Path, env: dict[str, str], isolation: Isolation,
+                ids: tuple[int, int] | None, root_mount: Path, max_processes: int,
+                disk_bytes: int) -> dict:
+    """What the isolation launcher needs to build one sandbox (JSON-able)."""
+    return {
         "mode": isolation.mode, "root": str(root_mount), "cwd": str(sandbox_dir),
         "binds": _binds(sandbox_dir),
         "env": env, "user_namespace": isolation.user_namespace,
@@ -83,7 +91,6 @@ def wrap(argv: list[str], sandbox_dir: Path, env: dict[str, str], isolation: Iso
         "rlimits": {"RLIMIT_NPROC": max_processes} if isolation.drop_uid else {},
         "disk_bytes": disk_bytes,
     }
-    return [sys.executable, "-I", "-S", "-B", "-c", LAUNCHER, json.dumps(spec), "--", *argv]
 
 
 def prepare_folder(sandbox_dir: Path, isolation: Isolation, ids: tuple[int, int] | None) -> None:

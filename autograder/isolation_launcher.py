@@ -88,6 +88,12 @@ def build_root(spec: dict) -> str:
 
 def drop_and_exec(spec: dict, argv: list[str]) -> None:
     """Become the sandbox user, forbid new privileges, apply limits, exec."""
+    drop(spec)
+    os.execve(argv[0], argv, spec["env"])
+
+
+def drop(spec: dict) -> None:
+    """Become the sandbox user, forbid new privileges, apply limits."""
     if spec["uid"] is not None:
         os.setgroups([])
         os.setgid(spec["gid"])
@@ -98,16 +104,25 @@ def drop_and_exec(spec: dict, argv: list[str]) -> None:
 
     for name, value in spec["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (value, value))
-    os.execve(argv[0], argv, spec["env"])
 
 
 def main() -> None:
-    os.umask(0o022)  # folders made for the new root must be traversable by the sandbox user
     spec = json.loads(sys.argv[1])
     argv = sys.argv[sys.argv.index("--") + 1:]
     if spec["mode"] == "uid":  # root where namespaces are refused (a locked-down container)
+        os.umask(0o022)
         os.chdir(spec["cwd"])
         drop_and_exec(spec, argv)
+    enter_namespaces(spec)
+    os.execve(argv[0], argv, spec["env"])
+
+
+def enter_namespaces(spec: dict) -> None:
+    """Everything but the exec: returns in PID 1 of the new namespaces, as the sandbox user.
+
+    The calling process stays outside, waits for PID 1 and exits as it did. Also called by a
+    warm runner server in a freshly forked child (see autograder.runner_server)."""
+    os.umask(0o022)  # folders made for the new root must be traversable by the sandbox user
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if spec["user_namespace"]:
@@ -130,11 +145,12 @@ def main() -> None:
     loopback_up()
     os.chroot(root)
     os.chdir(spec["cwd"])
-    drop_and_exec(spec, argv)
+    drop(spec)
 
 
-try:
-    main()
-except BaseException as exc:  # noqa: BLE001 - say why isolation failed, then fail
-    print(f"isolation launcher: {exc}", file=sys.stderr, flush=True)
-    os._exit(121)
+if __name__ == "__main__":  # run as `python -I -S -c <this file's text>`
+    try:
+        main()
+    except BaseException as exc:  # noqa: BLE001 - say why isolation failed, then fail
+        print(f"isolation launcher: {exc}", file=sys.stderr, flush=True)
+        os._exit(121)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .cgroups import Cgroup
-from .isolation import Isolation, detect, prepare_folder, sandbox_ids, wrap
+from .isolation import Isolation, detect, launch_spec, prepare_folder, sandbox_ids, wrap
 from .sandbox_runtime import codec, wire
 
 RUNTIME_PACKAGE = "agsandbox"
@@ -133,25 +133,32 @@ def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
     return env
 
 
-def _limit(limits: SandboxLimits, cgroup: Cgroup | None) -> Callable[[], None]:
+def rlimits(limits: SandboxLimits) -> dict[str, int]:
+    """The resource limits of every sandbox process, by `resource` constant name."""
     # CUDA maps far more address space than any sane RLIMIT_AS: on a GPU grader the cgroup
     # holds the memory limit (if there is none, memory is not limited, and reports say so).
     address_space = resource.RLIM_INFINITY if gpu_device_present() else limits.memory_bytes
+    return {"RLIMIT_AS": address_space, "RLIMIT_CPU": limits.cpu_seconds,
+            "RLIMIT_FSIZE": limits.max_file_bytes, "RLIMIT_NOFILE": limits.max_open_files,
+            "RLIMIT_CORE": 0}
+
+
+def enter_limits(values: dict[str, int], cgroup_procs: list[str]) -> None:
+    """Put this process in its cgroup and under its limits (between fork and exec, or before a
+    warm zygote enters its namespaces): only simple calls."""
+    for procs in cgroup_procs:
+        with open(procs, "w") as f:
+            f.write("0")  # this process, and all it starts, into the sandbox's cgroup
+    for name, value in values.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long writes fail, not kill
+
+
+def _limit(limits: SandboxLimits, cgroup: Cgroup | None) -> Callable[[], None]:
+    values, procs = rlimits(limits), cgroup.procs_files if cgroup else []
 
     def apply() -> None:
-        # Runs in the child between fork and exec: only simple calls.
-        for procs in cgroup.procs_files if cgroup else []:
-            with open(procs, "w") as f:
-                f.write("0")  # this process, and all it starts, into the sandbox's cgroup
-        for what, value in (
-            (resource.RLIMIT_AS, address_space),
-            (resource.RLIMIT_CPU, limits.cpu_seconds),
-            (resource.RLIMIT_FSIZE, limits.max_file_bytes),
-            (resource.RLIMIT_NOFILE, limits.max_open_files),
-            (resource.RLIMIT_CORE, 0),
-        ):
-            resource.setrlimit(what, (value, value))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long writes fail, not kill
+        enter_limits(values, procs)
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner that started it
     return apply
 
@@ -160,13 +167,29 @@ def gpu_device_present() -> bool:
     return Path("/dev/nvidiactl").exists()
 
 
+# Set in a runner forked by a warm runner server (autograder.runner_server): zygotes are then
+# forked by that server, which has torch imported and has never seen a submission or a test.
+warm_zygotes = None
+
+
 def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path: Path,
           pass_fds: tuple[int, ...], isolation: Isolation, ids: tuple[int, int] | None,
           cgroup: Cgroup | None) -> subprocess.Popen:
     """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
     env = sandbox_env(sandbox_dir)
-    command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
     mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
+    if warm_zygotes is not None and isolation.mode == "namespaces" and argv[0] == "zygote":
+        spec = launch_spec(sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
+                           limits.disk_bytes)
+        with open(output_path, "ab") as out:
+            warm = warm_zygotes.start(spec, rlimits(limits),
+                                      cgroup.procs_files if cgroup else [], int(argv[1]),
+                                      out.fileno())
+        if warm is not None:
+            if on_process_start is not None:
+                on_process_start(warm.pid)
+            return warm
+    command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
     command = wrap(command, sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
                    limits.disk_bytes)
     with open(output_path, "ab") as out:

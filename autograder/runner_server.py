@@ -1,0 +1,331 @@
+"""Warm runners for batch grading: pytest and torch imported once, one fresh runner forked per job.
+
+`python -I -m autograder.runner_server FD` imports what every runner needs (pytest, torch, the
+plugin; about 1.8 s), proves the isolation once, then waits on the SOCK_SEQPACKET socket FD. Each
+request carries a `Job` as JSON and two descriptors (the results pipe, the log); the server forks,
+and the child becomes the runner exactly as `python -I -m autograder.runner` would: its own
+session, not dumpable, umask 077, the hidden tests imported fresh. The server itself never
+collects tests, never sees a submission and never initialises CUDA, so every fork starts clean.
+
+`RunnerServer` is the client, used by `autograder.coding` when a batch worker installed one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+
+def serve(control_fd: int) -> None:
+    import pytest  # noqa: F401 - what every runner would import again
+    import torch
+    import torch._dynamo  # noqa: F401 - and every sandbox zygote (see sandbox_runtime.worker)
+    import torch.distributed  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+    from . import isolation_launcher, sandbox  # noqa: F401
+    from .isolation import detect
+    from .pytest_plugin import Job
+    from .runner import run
+    from .sandbox_runtime import worker  # noqa: F401
+
+    torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
+    detect()  # cached: forked runners inherit the proven isolation
+    control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    runners: set[int] = set()
+    channels: dict[socket.socket, set[int]] = {}  # a runner's zygote channel -> its zygotes
+    while True:
+        ready = select.select([control, wake_r, *channels], [], [])[0]
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        _reap(runners, channels, control)
+        for channel in [c for c in ready if c in channels]:
+            message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 2)
+            if not message:  # that runner is gone; its zygotes end when their socket closes
+                del channels[channel]
+                channel.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _become_zygote(json.loads(message), fds)
+            for fd in fds:
+                os.close(fd)
+            channels[channel].add(pid)
+            channel.send(json.dumps({"spawned": pid}).encode())
+        if control not in ready:
+            continue
+        message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
+        if not message:
+            os._exit(0)  # the batch worker is gone
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with us
+                for fd in (control.detach(), wake_r, wake_w, ours.detach(),
+                           *(c.detach() for c in channels)):
+                    os.close(fd)
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                sandbox.warm_zygotes = WarmZygotes(theirs)
+                results_fd, log_fd = fds
+                job = Job(**json.loads(message))
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.close(log_fd)
+                os.chdir(job.output_dir)
+                ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as runner.main
+                os.umask(0o077)
+                sys.stdout.flush()
+                os._exit(run(job, results_fd))
+            except BaseException:  # noqa: BLE001
+                import traceback
+
+                traceback.print_exc()
+                os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        theirs.close()
+        channels[ours] = set()
+        runners.add(pid)
+        control.send(json.dumps({"spawned": pid}).encode())
+
+
+def _reap(runners: set[int], channels: dict[socket.socket, set[int]],
+          control: socket.socket) -> None:
+    """Report every child that ended to whoever asked for it."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        message = json.dumps({"exited": pid, "status": status}).encode()
+        if pid in runners:
+            runners.discard(pid)
+            control.send(message)
+            continue
+        for channel, zygotes in channels.items():
+            if pid in zygotes:
+                zygotes.discard(pid)
+                try:
+                    channel.send(message)
+                except OSError:
+                    pass
+
+
+def _become_zygote(request: dict, fds: list[int]) -> None:
+    """In a fresh fork of the server: enter one submission's sandbox and serve as its zygote.
+
+    Exactly what `python -c <launcher> ... -- python -c <boot> zygote FD` does, minus the two
+    interpreter starts and the torch import: new session, only the zygote's socket and output
+    left open, the sandbox's environment, cgroup and limits, then the launcher's namespaces,
+    file-system view and unprivileged user (see isolation_launcher.enter_namespaces)."""
+    try:
+        from . import isolation_launcher, sandbox
+        from .sandbox_runtime import worker
+
+        control_fd, out_fd = fds
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        for target, source in ((0, null), (1, out_fd), (2, out_fd)):
+            os.dup2(source, target)
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd > 2 and fd != control_fd:
+                try:
+                    os.close(fd)  # the server's sockets and every other runner's channel
+                except OSError:
+                    pass
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sandbox.enter_limits(request["rlimits"], request["cgroup_procs"])
+        spec = request["spec"]
+        os.chdir(spec["cwd"])
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
+        # Changing uid cleared the dumpable flag (exec would have set it again): without it the
+        # sandbox's own /proc/self files belong to root, unlike in a cold sandbox.
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+        sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot
+        sys.argv[:] = ["sandbox"]
+        worker.main(["zygote", str(control_fd)])
+    except BaseException:  # noqa: BLE001 - say why, then fail like the launcher does
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+    os._exit(121)
+
+
+class WarmZygote:
+    """A zygote forked by the server: the parts of `subprocess.Popen` a Zygote uses."""
+
+    def __init__(self, source: WarmZygotes, pid: int) -> None:
+        self.source, self.pid = source, pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        status = self.source.status_of(self.pid, timeout)
+        if status is None:
+            raise subprocess.TimeoutExpired("zygote", timeout or 0)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+class WarmZygotes:
+    """A runner's channel to its server, for zygotes (installed as sandbox.warm_zygotes)."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._spawned: queue.Queue[int | None] = queue.Queue()
+        self._statuses: dict[int, int] = {}
+        self._changed = threading.Condition()
+        self.alive = True
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                data = self._channel.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            if "spawned" in message:
+                self._spawned.put(message["spawned"])
+            else:
+                with self._changed:
+                    self._statuses[message["exited"]] = message["status"]
+                    self._changed.notify_all()
+        with self._changed:
+            self.alive = False
+            self._changed.notify_all()
+        self._spawned.put(None)
+
+    def start(self, spec: dict, rlimits: dict[str, int], cgroup_procs: list[str],
+              control_fd: int, out_fd: int) -> WarmZygote | None:
+        """A zygote in a new sandbox built from `spec`; None if the server is gone."""
+        request = {"spec": spec, "rlimits": rlimits, "cgroup_procs": cgroup_procs}
+        with self._lock:
+            try:
+                socket.send_fds(self._channel, [json.dumps(request).encode()],
+                                [control_fd, out_fd])
+                pid = self._spawned.get(timeout=60)
+            except (OSError, queue.Empty):
+                pid = None
+        return WarmZygote(self, pid) if pid is not None else None
+
+    def status_of(self, pid: int, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._statuses or not self.alive, timeout)
+            if pid in self._statuses:
+                return self._statuses.pop(pid)
+            return None if self.alive else signal.SIGKILL
+
+
+_PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
+              "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUTOGRADER_ISOLATION",
+              "AUTOGRADER_ROOT")
+
+
+def server_env() -> dict[str, str]:
+    """The server's environment, which its zygotes' memory (and /proc/self/environ) carry into
+    every sandbox: only what grading needs, never a TA's tokens."""
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON}
+    # torch reads these when imported, here, once for every sandbox forked later.
+    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+class ForkedRunner:
+    """A runner forked by the server: the parts of `subprocess.Popen` the supervisor uses."""
+
+    def __init__(self, server: RunnerServer, pid: int) -> None:
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        status = self.server.status_of(self.pid)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+class RunnerServer:
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "autograder.runner_server", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
+        theirs.close()
+        self._socket = ours
+        self._lock = threading.Lock()  # one request at a time
+        self._spawned: queue.Queue[int | None] = queue.Queue()
+        self._statuses: dict[int, int] = {}
+        self._changed = threading.Condition()
+        self.alive = True
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                data = self._socket.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            if "spawned" in message:
+                self._spawned.put(message["spawned"])
+            else:
+                with self._changed:
+                    self._statuses[message["exited"]] = message["status"]
+                    self._changed.notify_all()
+        with self._changed:
+            self.alive = False
+            self._changed.notify_all()
+        self._spawned.put(None)
+
+    def spawn(self, job_json: str, results_fd: int, log_fd: int) -> ForkedRunner | None:
+        """A new runner for `job_json`; None if the server is gone (start one the usual way)."""
+        with self._lock:
+            try:
+                socket.send_fds(self._socket, [job_json.encode()], [results_fd, log_fd])
+                pid = self._spawned.get(timeout=60)
+            except (OSError, queue.Empty):
+                pid = None
+        return ForkedRunner(self, pid) if pid is not None else None
+
+    def status_of(self, pid: int) -> int:
+        with self._changed:
+            while pid not in self._statuses and self.alive:
+                self._changed.wait()
+            # A server that died took its children with it: report them as killed.
+            return self._statuses.pop(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        self._socket.close()
+        self.process.kill()
+        self.process.wait()
+
+
+if __name__ == "__main__":
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its batch worker
+    serve(int(sys.argv[1]))
