@@ -29,6 +29,8 @@ from .assignment import Assignment, load_assignment
 from .config import load_config
 from .markers import reference, strip_solutions
 from .notebook import template_notebook
+from .otter import OtterError, otter_files
+from .otter_checks import PUBLIC_TESTS
 from .paths import GRADING_CONFIG
 from .paths import ROOT as ENGINE_ROOT
 from .questions import QuestionBank, render_answers_schema
@@ -492,13 +494,34 @@ class Released:
     name: str
     changed: list[str]  # template files that differed before this release
     zip_path: Path
+    otter_dir: Path | None = None  # the otter master folder, when one was asked for
+
+
+def write_otter_folder(files: dict[str, bytes], folder: Path) -> None:
+    """Write the otter master folder. Only its public_tests/ is wholly generated (stale tests
+    go); anything else there, such as an `otter assign` output, is left alone."""
+    public = f"{PUBLIC_TESTS}/"
+    write_template({k.removeprefix(public): v for k, v in files.items() if k.startswith(public)},
+                   folder / public)
+    for name, content in files.items():
+        path = folder / name
+        if not name.startswith(public) and (not path.is_file() or path.read_bytes() != content):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
 
 
 def release(name: str, project: Project, run_self_check: bool = True,
-            log: Log = print) -> Released:
-    """Self-check, then write student_templates/<name>/ and dist/<name>-student.zip."""
+            log: Log = print, otter_dir: Path | None = None) -> Released:
+    """Self-check, then write student_templates/<name>/ and dist/<name>-student.zip; with
+    `otter_dir`, the otter master folder there too (instructors only: it holds the solution)."""
     assignment = load_assignment(name, project.config_path)
     files = student_files(assignment, project.torch_requirement())
+    otter = None
+    if otter_dir is not None:  # generated before the slow self-check, so it fails first
+        try:
+            otter = otter_files(assignment, files)
+        except OtterError as exc:
+            raise ReleaseError(f"{name}: no otter notebook", [str(exc)]) from None
     if run_self_check:
         checked = self_check(assignment, files, log)
         for line in checked.passed:
@@ -510,7 +533,9 @@ def release(name: str, project: Project, run_self_check: bool = True,
     write_template(files, folder)
     zip_path = project.dist_dir / f"{name}-student.zip"
     write_zip(files, f"{name}/", zip_path)
-    return Released(name, drift, zip_path)
+    if otter is not None and otter_dir is not None:
+        write_otter_folder(otter, otter_dir)
+    return Released(name, drift, zip_path, otter_dir)
 
 
 def check_templates(names: list[str], project: Project) -> list[str]:
