@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from .late import LatePolicy, parse_timestamp
 from .paths import GRADING_CONFIG
 from .sandbox import SandboxLimits
 from .schemas import SchemaError, validate, with_defaults
@@ -39,6 +40,7 @@ class AssignmentConfig:
     limits: SandboxLimits
     gpu_policy: str
     rank_retries: int
+    late: LatePolicy = field(default_factory=LatePolicy)  # grading.yml's `late` (batch grading)
 
 
 def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
@@ -71,7 +73,15 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
     if abs(total - coding["points"]) > 1e-9:
         raise ConfigError(f"grading.yml: assignments.{name}.parts.coding.functions add up to "
                           f"{total:g}, but parts.coding.points is {coding['points']:g}")
-    limits, timeouts = a["limits"], a["timeouts"]
+    limits, timeouts, late = a["limits"], a["timeouts"], a["late"]
+    if a.get("due") is not None:
+        try:
+            parse_timestamp(a["due"])
+        except ValueError as exc:
+            raise ConfigError(f"grading.yml: assignments.{name}.due: {exc}") from None
+    if late["policy"] != "none" and not a.get("due"):
+        raise ConfigError(f"grading.yml: assignments.{name}.late.policy is {late['policy']!r}, "
+                          f"but the assignment has no due date (set assignments.{name}.due)")
     return AssignmentConfig(
         name=name, title=a["title"], module=a["module"], due=a.get("due"),
         multiple_choice=PartConfig(mc["points"], mc["visibility"]), reveal_key=mc["reveal_key"],
@@ -85,4 +95,7 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
             max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
             disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"]),
         gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
+        late=LatePolicy(policy=late["policy"], percent_per_day=float(late["percent_per_day"]),
+                        max_days=late.get("max_days"),
+                        grace_minutes=float(late["grace_minutes"])),
     )
