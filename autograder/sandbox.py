@@ -553,6 +553,8 @@ class Sandbox:
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str) -> list[Any]:
         """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers."""
+        if self._import_hang is not None:  # each rank would import, and hang, again
+            raise SandboxFailure(self._import_hang)
         port = free_port()
         what = f"{function} (scenario {probe}, {world_size} processes)"
         processes: list[_Process] = []
