@@ -5,13 +5,13 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench browser clean
 
 $(BIN)/autograder: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH) numpy
-	$(BIN)/pip install -q -e '.[dev,notebook]'
+	$(BIN)/pip install -q -e '.[dev,notebook,ray,otter]'
 	touch $@
 
 venv: $(BIN)/autograder
@@ -22,7 +22,12 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check .
 
-test: venv lint
+# The class overview test renders index.html in Debian's headless Chromium (via chromedriver).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	    { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+test: venv lint browser
 	$(BIN)/python -m pytest -q
 
 bench: venv

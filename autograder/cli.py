@@ -123,10 +123,17 @@ def _cuda_device_count() -> tuple[int, str]:
                    "writes nothing, runs no self-check.")
 @click.option("--skip-self-check", is_flag=True,
               help="Regenerate without grading the reference and the template first.")
+@click.option("--notebook", type=click.Choice(["nbgrader", "otter"]), default="nbgrader",
+              show_default=True,
+              help="otter: also write an otter-grader master notebook and its files to "
+                   "OUT/ASSIGNMENT/, for `otter assign` (it holds the solution: instructors "
+                   "only). The student template's notebook is nbgrader's either way.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="With --notebook otter: where to write (default: dist/otter).")
 @click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def release(assignments: tuple[str, ...], check: bool, skip_self_check: bool,
-            config_path: Path) -> None:
+def release(assignments: tuple[str, ...], check: bool, skip_self_check: bool, notebook: str,
+            out: Path | None, config_path: Path) -> None:
     """Generate student_templates/ASSIGNMENT/ and dist/ASSIGNMENT-student.zip (default: all)."""
     from .config import ConfigError
     from .questions import QuestionBankError
@@ -134,6 +141,9 @@ def release(assignments: tuple[str, ...], check: bool, skip_self_check: bool,
     from .release import release as release_assignment
 
     project = Project(config_path)
+    if out is not None and notebook != "otter":
+        raise click.UsageError("--out is the otter master's folder: use it with --notebook otter")
+    otter_root = (out or project.dist_dir / "otter") if notebook == "otter" else None
     try:
         names = list(assignments) or project.assignment_names()
         if check:
@@ -149,11 +159,15 @@ def release(assignments: tuple[str, ...], check: bool, skip_self_check: bool,
         for name in names:
             click.echo(f"{name}: " + ("generating (self-check skipped)" if skip_self_check
                                       else "self-check, then generating"))
-            done = release_assignment(name, project, not skip_self_check, click.echo)
+            done = release_assignment(name, project, not skip_self_check, click.echo,
+                                      otter_dir=otter_root / name if otter_root else None)
             for line in done.changed:
                 click.echo(f"  changed: {line}")
             click.echo(f"  {project.templates_dir / name}/ "
                        f"({'unchanged' if not done.changed else 'written'}); {done.zip_path}")
+            if done.otter_dir is not None:
+                click.echo(f"  {done.otter_dir}/: otter master notebook (holds the solution; "
+                           f"next: otter assign {done.otter_dir / (name + '.ipynb')} OUTPUT)")
     except (ConfigError, QuestionBankError, ReleaseError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -218,6 +232,51 @@ def gradescope(assignment: str, out: Path | None, config_path: Path) -> None:
         sys.exit(1)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
                "Zip file upload), base image Ubuntu 22.04")
+
+
+@main.command()
+@click.argument("submissions", type=click.Path(exists=True, path_type=Path))
+@click.option("--assignment", "-a", required=True, help="Assignment name, e.g. dp_basics.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for gradebook.sqlite, grades.csv, index.html and reports/<sid>/.")
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Submissions graded at once (each uses about one core).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True, help="Warm workers on this machine, or a Ray cluster.")
+@click.option("--address", help="Ray cluster address (default: start a local Ray instance).")
+@click.option("--force", is_flag=True, help="Regrade every submission, changed or not.")
+@click.option("--only", multiple=True, metavar="SID",
+              help="Regrade only this student (sid or submission key); repeatable.")
+@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str,
+          address: str | None, force: bool, only: tuple[str, ...], config_path: Path) -> None:
+    """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
+    per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes."""
+    from .batch import BatchError
+    from .batch import batch as run_batch
+    from .config import ConfigError
+    from .gradebook import GradebookError
+    from .roster import RosterError
+
+    try:
+        summary = run_batch(submissions, assignment, out, jobs=jobs, backend=backend,
+                            address=address, force=force, only=list(only),
+                            config_path=config_path)
+    except KeyboardInterrupt:
+        click.echo("stopped: every finished submission is in the gradebook; run the same "
+                   "command again to grade the rest", err=True)
+        sys.exit(130)
+    except (BatchError, ConfigError, GradebookError, RosterError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    for warning in summary.warnings:
+        click.echo(f"note: {warning}")
+    click.echo(f"{summary.total} submissions: {summary.graded} graded, {summary.skipped} "
+               f"unchanged (skipped), {summary.failed} grader errors, in {summary.seconds:g} s")
+    click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")
+    if summary.failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from .archives import ArchiveError, extract_zip
 from .assignment import Assignment, load_assignment
+from .batch_records import LateStatus
 from .coding import run_hidden_tests
 from .multiple_choice import grade_answers
 from .notebook import NotebookError, extract_module
 from .paths import GRADING_CONFIG
 from .report import write_outputs
-from .results import Report, TestResult, build_report, clip, coding_results
+from .results import Report, TestResult, apply_late, build_report, clip, coding_results
 from .submission import SubmissionFiles, locate
 
 
@@ -33,12 +34,13 @@ def grade(submission: Path, assignment: str, out: Path,
 
 
 def grade_loaded(submission: Path, assignment: Assignment, out: Path,
-                 started: float | None = None) -> Report:
+                 started: float | None = None, late: LateStatus | None = None) -> Report:
+    """Grade with a loaded assignment; `late` (from the batch's late policy) lowers the total."""
     started = time.monotonic() if started is None else started
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # sandbox users may pass through to their own folder, not list
     try:
-        report = _grade(submission, assignment, workdir, started)
+        report = apply_late(_grade(submission, assignment, workdir, started), late)
     finally:
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
         if os.environ.get("AUTOGRADER_KEEP_WORKDIR"):

@@ -50,6 +50,9 @@ def gradescope_results(report: Report) -> dict:
             entry["status"] = t.status
         tests.append(entry)
     summary = [f"{PART_TITLES[p.name]}: {p.score:g} / {p.max_score:g}" for p in report.parts]
+    if report.late:
+        summary.append(f"Late: {report.late['message']} Total {report.late['raw_score']:g} -> "
+                       f"{report.score:g}.")
     return {
         "score": report.score, "execution_time": report.execution_time,
         "output": "\n".join(summary + [f"Note: {w}" for w in report.warnings]),

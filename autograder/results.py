@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .batch_records import LateStatus
 from .config import AssignmentConfig
 
 PARTS = ("multiple_choice", "coding")
@@ -49,6 +50,7 @@ class Report:
     warnings: list[str]
     environment: dict
     execution_time: float = 0.0
+    late: dict | None = None  # the late penalty applied to `score` (see apply_late)
 
 
 @dataclass
@@ -123,3 +125,14 @@ def build_report(assignment: AssignmentConfig, submission: str, tests: list[Test
         score=round(sum(p.score for p in parts), 4),
         max_score=round(sum(p.max_score for p in parts), 4), parts=parts, tests=tests,
         warnings=warnings, environment=environment, execution_time=round(execution_time, 3))
+
+
+def apply_late(report: Report, late: LateStatus | None) -> Report:
+    """The report with the late penalty taken off its total (tests keep their own scores)."""
+    if late is None:
+        return report
+    raw = report.score
+    report.score = round(raw * (1.0 - late.penalty), 4)
+    report.late = {"minutes_late": round(late.minutes_late, 1), "days_late": late.days_late,
+                   "penalty": late.penalty, "message": late.message, "raw_score": raw}
+    return report

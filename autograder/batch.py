@@ -1,0 +1,172 @@
+"""Grade a whole class: `batch(submissions, assignment, out)`, the API behind `autograder batch`.
+
+submissions (export or folders) -> roster -> plan (skip what the gradebook already has) ->
+backend (local warm workers or Ray) -> per outcome: report folder + gradebook run -> grades.csv,
+gradescope_scores.csv and index.html from the gradebook.
+
+This process is trusted: it never imports student code, and the only thing it receives from a
+worker is a JSON outcome. It alone writes the gradebook and the output folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .assignment import Assignment, load_assignment
+from .batch_records import ClassSubmission, GradeOutcome, GradeTask, LateStatus, report_folder
+from .fingerprints import assignment_version, grader_version, tree_hash
+from .gradebook import Gradebook
+from .gradesheet import write_grades_csv, write_gradescope_scores_csv
+from .late import late_status
+from .overview import write_overview
+from .paths import GRADING_CONFIG
+from .roster import discover
+
+BACKENDS = ("local", "ray")
+
+
+class BatchError(ValueError):
+    """The batch cannot start (bad options, unreadable export); nothing was graded."""
+
+
+@dataclass
+class BatchSummary:
+    total: int  # submissions found
+    graded: int  # graded in this run
+    skipped: int  # unchanged since their last run
+    failed: int  # the grader itself failed on them (they are retried by the next run)
+    seconds: float
+    out: Path
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Planned:
+    submission: ClassSubmission
+    content_hash: str
+    late: LateStatus | None
+    task: GradeTask
+
+
+def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
+          backend: str = "local", address: str | None = None, force: bool = False,
+          only: list[str] | None = None, config_path: Path = GRADING_CONFIG,
+          progress: bool = True) -> BatchSummary:
+    """Grade every submission under `submissions` that needs it; write the class outputs."""
+    started = time.monotonic()
+    if backend not in BACKENDS:
+        raise BatchError(f"unknown backend {backend!r} (use one of: {', '.join(BACKENDS)})")
+    if jobs < 1:
+        raise BatchError("--jobs must be at least 1")
+    spec = load_assignment(assignment, config_path)
+    out.mkdir(parents=True, exist_ok=True)
+    roster = discover(submissions, out / ".export")
+    warnings = list(roster.warnings)
+    chosen = _select(roster.submissions, only)
+    versions = (grader_version(), assignment_version(spec))
+    with Gradebook(out / "gradebook.sqlite") as book:
+        plan, skipped = [], 0
+        for submission in chosen:
+            planned = _plan(submission, spec, out, config_path)
+            if not (force or only) and book.is_current(submission.key, planned.content_hash,
+                                                       *versions, planned.late):
+                skipped += 1
+                continue
+            plan.append(planned)
+        by_key = {p.task.key: p for p in plan}
+        graded = failed = 0
+        outcomes = _run([p.task for p in plan], jobs, backend, address, spec)
+        bar = tqdm(total=len(plan), unit="submission", disable=not progress,
+                   desc=f"grading {assignment}")
+        try:
+            for outcome in outcomes:
+                planned = by_key[outcome.key]
+                if outcome.error is None:
+                    _publish(planned, out)
+                else:
+                    failed += 1
+                book.record(planned.submission, assignment, outcome, planned.content_hash,
+                            *versions, planned.late)
+                graded += 1
+                bar.update(1)
+                bar.set_postfix(failed=failed, refresh=False)
+        finally:
+            bar.close()
+            if hasattr(outcomes, "close"):
+                outcomes.close()  # stops the workers (Ctrl-C included)
+        write_class_outputs(book, spec, out, [s.key for s in roster.submissions])
+    shutil.rmtree(out / ".staging", ignore_errors=True)
+    return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
+                        round(time.monotonic() - started, 2), out, warnings)
+
+
+def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
+                        keys: list[str]) -> None:
+    """grades.csv, gradescope_scores.csv and index.html, from the latest run of each key."""
+    rows = book.latest(keys)
+    write_grades_csv(rows, assignment, out / "grades.csv")
+    write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
+    write_overview(rows, assignment, out)
+
+
+def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[ClassSubmission]:
+    if not only:
+        return submissions
+    wanted = set(only)
+    chosen = [s for s in submissions
+              if s.key in wanted or any(p.sid in wanted for p in s.submitters)]
+    found = {s.key for s in chosen} | {p.sid for s in chosen for p in s.submitters}
+    missing = sorted(wanted - found)
+    if missing:
+        raise BatchError(f"--only: no submission of {', '.join(missing)} in this export")
+    return chosen
+
+
+def _plan(submission: ClassSubmission, spec: Assignment, out: Path,
+          config_path: Path) -> _Planned:
+    late = late_status(submission.created_at, spec.config.due, spec.config.late)
+    staging = out / ".staging" / submission.key
+    task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
+                     assignment=spec.name, config_path=str(config_path.resolve()), late=late)
+    return _Planned(submission, tree_hash(submission.path), late, task)
+
+
+def _run(tasks: list[GradeTask], jobs: int, backend: str, address: str | None,
+         spec: Assignment) -> Iterator[GradeOutcome]:
+    if backend == "ray":
+        from .batch_ray import run_ray  # Ray is an optional extra
+
+        return run_ray(tasks, jobs, address, needs_gpu=_needs_gpu(spec))
+    from .batch_local import run_local
+
+    return run_local(tasks, jobs)
+
+
+def _needs_gpu(spec: Assignment) -> bool:
+    text = "\n".join(p.read_text() for p in spec.hidden_tests.rglob("test_*.py"))
+    return "mark.gpu" in text
+
+
+def _publish(planned: _Planned, out: Path) -> None:
+    """Move the staged reports to reports/<sid>/ for each submitter (replacing older ones)."""
+    staged = Path(planned.task.out)
+    owners = [s.sid for s in planned.submission.submitters] or [planned.submission.key]
+    for sid in owners:
+        target = out / "reports" / report_folder(sid)
+        fresh = target.with_name(f".{target.name}.new")
+        shutil.rmtree(fresh, ignore_errors=True)
+        shutil.copytree(staged, fresh)
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(fresh, target)
+        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(staged, ignore_errors=True)

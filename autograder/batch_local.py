@@ -1,0 +1,126 @@
+"""The local backend of `autograder batch`: a pool of warm worker processes on this machine.
+
+Each worker is `python -I -m autograder.batch_local` (trusted grader code, like `autograder
+grade`), started once and fed one task at a time as a JSON line on stdin; it answers one JSON line
+on stdout. Student code never runs in a worker: grading starts fresh sandbox processes for every
+submission. A worker that dies (its task gets an error outcome) is replaced; the batch goes on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from .batch_records import GradeOutcome, GradeTask
+
+STOP_SECONDS = 10.0  # how long stopped workers get to kill their sandboxes before SIGKILL
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "autograder.batch_local"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        self.task: GradeTask | None = None
+        self.buffer = b""
+
+    def give(self, task: GradeTask) -> None:
+        self.task = task
+        self.process.stdin.write(json.dumps(task.to_json()).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # SIGTERM: the grading in progress cleans up its sandboxes
+
+
+def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
+    """Grade `tasks` on `jobs` warm workers, yielding each outcome as it finishes."""
+    pending = deque(tasks)
+    selector = selectors.DefaultSelector()
+    workers: list[_Worker] = []
+
+    def start() -> _Worker:
+        worker = _Worker()
+        workers.append(worker)
+        selector.register(worker.process.stdout, selectors.EVENT_READ, worker)
+        return worker
+
+    def feed(worker: _Worker) -> None:
+        if pending:
+            worker.give(pending.popleft())
+        else:
+            worker.task = None
+
+    try:
+        for _ in range(max(1, min(jobs, len(tasks)))):
+            feed(start())
+        while any(w.task is not None for w in workers):
+            for key, _ in selector.select():
+                worker: _Worker = key.data
+                chunk = os.read(key.fd, 1 << 20)
+                if not chunk:  # the worker died: its task fails, a new worker takes over
+                    selector.unregister(worker.process.stdout)
+                    workers.remove(worker)
+                    code = worker.process.wait()
+                    if worker.task is not None:
+                        yield GradeOutcome(worker.task.key, None,
+                                           f"the grading worker died ({_ended(code)})", 0.0)
+                        if pending:
+                            feed(start())
+                    continue
+                worker.buffer += chunk
+                while b"\n" in worker.buffer and worker.task is not None:
+                    line, worker.buffer = worker.buffer.split(b"\n", 1)
+                    outcome = GradeOutcome(**json.loads(line))
+                    feed(worker)
+                    yield outcome
+    finally:  # also on Ctrl-C, or when the caller stops early
+        for worker in workers:
+            worker.stop()
+        deadline = time.monotonic() + STOP_SECONDS
+        for worker in workers:
+            try:
+                worker.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.process.pid, signal.SIGKILL)
+                worker.process.wait()
+        selector.close()
+
+
+def _ended(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
+def _serve() -> None:
+    """The worker's loop: one task per line in, one outcome per line out."""
+    # SIGTERM (from the batch, or the kernel when the batch dies) unwinds the grading in
+    # progress, whose clean-up kills its runner and sandboxes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the batch's to handle
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        sys.exit(0)  # the batch died before we could arm the death signal
+    from .batch_worker import grade_task, warm_up
+
+    # Outcomes go to a private copy of stdout; anything else printed goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    warm_up()
+    for line in sys.stdin.buffer:
+        outcome = grade_task(GradeTask.from_json(json.loads(line)))
+        out.write(json.dumps(asdict(outcome)).encode() + b"\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,94 @@
+"""Batch grading against a loop of `autograder grade`, side by side in one run.
+
+    .venv/bin/python bench/batch_vs_loop.py [--copies 4] [--rounds 1]
+
+Grades COPIES copies of the bundled example submissions (reference, blank, partial) with
+(a) one `autograder grade` per submission and (b) one `autograder batch --jobs 2`, alternating
+in each round, and prints both, their ratio, and the marginal cost of one more submission in a
+batch (from a batch of one copy against the batch of all copies). Also checks that both ways give
+every submission the same score under the same protections.
+
+Targets on a 2-core machine: batch at least 4x faster than the loop, at most 1.5 s per additional
+submission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from common import BIN, ROOT, timed
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from demo import build_examples  # noqa: E402 - the bundled submissions, as `make demo` has them
+
+
+def make_class(folder: Path, copies: int) -> list[Path]:
+    examples = build_examples(folder / "examples")
+    students = []
+    for copy in range(copies):
+        for example in examples:
+            student = folder / "class" / f"{example.name}-{copy:03d}"
+            shutil.copytree(example, student)
+            students.append(student)
+    return students
+
+
+def batch_command(submissions: Path, out: Path) -> list[str]:
+    return [str(BIN / "autograder"), "batch", str(submissions), "--assignment", "dp_basics",
+            "--out", str(out), "--jobs", "2"]
+
+
+def scores(folder: Path) -> dict[str, tuple]:
+    found = {}
+    for report in folder.rglob("report.json"):
+        data = json.loads(report.read_text())
+        found[report.parent.name] = (data["score"], tuple(data["environment"]["protections"]))
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
+    students = make_class(work, args.copies)
+    one_copy = work / "one"
+    for student in students[:3]:
+        shutil.copytree(student, one_copy / student.name)
+    n = len(students)
+    loops, batches, smalls = [], [], []
+    for round_ in range(args.rounds):
+        loop_out, batch_out, small_out = (work / f"{k}-{round_}" for k in ("loop", "b", "s"))
+        loop = sum(timed([str(BIN / "autograder"), "grade", str(s), "--assignment", "dp_basics",
+                          "--out", str(loop_out / s.name)]) for s in students)
+        batch = timed(batch_command(work / "class", batch_out))
+        small = timed(batch_command(one_copy, small_out))
+        loops.append(loop), batches.append(batch), smalls.append(small)
+        print(f"round {round_ + 1}: loop {loop:.1f} s, batch {batch:.1f} s, "
+              f"batch of 3 {small:.1f} s", flush=True)
+        if scores(loop_out) != scores(batch_out / "reports"):
+            print("MISMATCH: the loop and the batch disagree on scores or protections")
+            return 1
+    loop, batch, small = (statistics.median(x) for x in (loops, batches, smalls))
+    marginal = (batch - small) / (n - 3)
+    print(f"\n{n} submissions ({args.copies} copies of reference, blank, partial), "
+          f"median of {args.rounds} round(s), 2 jobs:")
+    print(f"  (a) loop of `autograder grade`: {loop:7.1f} s  ({loop / n:.2f} s per submission)")
+    print(f"  (b) `autograder batch --jobs 2`: {batch:7.1f} s  ({batch / n:.2f} s per submission)")
+    print(f"  ratio a/b: {loop / batch:.2f}x   (target: at least 4x)")
+    print(f"  marginal cost of one more submission in a batch: {marginal:.2f} s   "
+          f"(target: at most 1.5 s)")
+    print("  scores and protections: identical in (a) and (b)")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

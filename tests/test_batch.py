@@ -1,0 +1,240 @@
+"""`autograder batch` on a small class of toy submissions: real workers, runners and sandboxes,
+a real SQLite gradebook, and the real command in a subprocess where signals are involved."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.batch import BatchError, batch
+from autograder.gradebook import Gradebook
+
+TOY = Path(__file__).parent / "fixtures" / "toy"
+CONFIG = TOY / "grading.yml"
+GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
+ANSWERS = (TOY / "submissions" / "good" / "answers.yml").read_text()
+AUTOGRADER = Path(sys.executable).parent / "autograder"
+
+
+def make_class(root: Path, students: dict[str, str | None]) -> Path:
+    """A folder of per-student folders: {name: toy.py source, or None for no code at all}."""
+    for name, source in students.items():
+        folder = root / name
+        folder.mkdir(parents=True)
+        (folder / "answers.yml").write_text(ANSWERS)
+        if source is not None:
+            (folder / "toy.py").write_text(source)
+    return root
+
+
+CLASS = {"alice": GOOD, "bob": "def add(a, b):\n    return a - b\n",
+         "carol": "def add(a, b) return a + b\n",  # a syntax error
+         "dave": None}
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("class")
+    submissions = make_class(root / "submissions", CLASS)
+    out = root / "out"
+    summary = batch(submissions, "toy", out, jobs=2, config_path=CONFIG, progress=False)
+    assert (summary.total, summary.graded, summary.skipped, summary.failed) == (4, 4, 0, 0)
+    return submissions, out
+
+
+def latest_scores(out: Path) -> dict[str, tuple]:
+    with Gradebook(out / "gradebook.sqlite") as book:
+        return {g.submission.key: (g.score, g.max_score, g.error,
+                                   tuple((t["name"], t["status"]) for t in g.report["tests"]))
+                for g in book.latest()}
+
+
+def run_counts(out: Path) -> dict[str, int]:
+    db = sqlite3.connect(out / "gradebook.sqlite")
+    try:
+        return dict(db.execute("SELECT submission_key, COUNT(*) FROM runs GROUP BY 1"))
+    finally:
+        db.close()
+
+
+def test_every_student_is_graded_and_one_broken_submission_costs_only_itself(graded_class):
+    _, out = graded_class
+    scores = latest_scores(out)
+    assert scores["alice"][0] == scores["alice"][1] == 10  # the toy is out of 10
+    assert 2 <= scores["bob"][0] < 10  # answers right, add wrong
+    for broken in ("carol", "dave"):  # no usable code: the answers still count
+        assert scores[broken][0] == 2 and scores[broken][2] is None
+    report = json.loads((out / "reports" / "carol" / "report.json").read_text())
+    assert any("SyntaxError" in t["message"] for t in report["tests"] if t["part"] == "coding")
+
+
+def test_outputs_for_the_class(graded_class):
+    _, out = graded_class
+    for sid in CLASS:
+        for name in ("results.json", "report.json", "report.md", "report.html"):
+            assert (out / "reports" / sid / name).is_file()
+    with open(out / "grades.csv", newline="") as f:
+        rows = {row["sid"]: row for row in csv.DictReader(f)}
+    assert set(rows) == set(CLASS)
+    assert float(rows["alice"]["total"]) == 10
+    assert (out / "gradescope_scores.csv").is_file()
+    index = (out / "index.html").read_text()
+    assert all(f"reports/{sid}/report.html" in index for sid in CLASS)
+
+
+def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(graded_class,
+                                                                          tmp_path):
+    submissions, first_out = graded_class
+    out = tmp_path / "out"
+    shutil.copytree(first_out, out)
+    again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
+    assert (again.graded, again.skipped) == (0, 4)
+    assert run_counts(out) == dict.fromkeys(CLASS, 1)
+
+    # One student resubmits: only they are regraded, and their first run stays in the history.
+    changed = tmp_path / "submissions"
+    shutil.copytree(submissions, changed)
+    (changed / "bob" / "toy.py").write_text(GOOD)
+    again = batch(changed, "toy", out, config_path=CONFIG, progress=False)
+    assert (again.graded, again.skipped) == (1, 3)
+    assert run_counts(out)["bob"] == 2
+    assert latest_scores(out)["bob"][0] == 10
+    with Gradebook(out / "gradebook.sqlite") as book:
+        history = book.history("bob")
+    assert [h["score"] for h in history] == [latest_scores(first_out)["bob"][0], 10]
+
+    # --only regrades one student even when nothing changed; --force regrades everyone.
+    batch(changed, "toy", out, only=["alice"], config_path=CONFIG, progress=False)
+    assert run_counts(out) == {"alice": 2, "bob": 2, "carol": 1, "dave": 1}
+    with pytest.raises(BatchError, match="no submission of zoe"):
+        batch(changed, "toy", out, only=["zoe"], config_path=CONFIG, progress=False)
+
+
+def _start(submissions: Path, out: Path, jobs: int = 1) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(AUTOGRADER), "batch", str(submissions), "-a", "toy", "-o", str(out),
+         "--jobs", str(jobs), "--config", str(CONFIG)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_runs(out: Path, count: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if (out / "gradebook.sqlite").exists() and sum(run_counts(out).values()) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} runs recorded: {process.poll()}")
+
+
+def test_kill_9_then_rerun_gives_the_same_gradebook_as_an_uninterrupted_run(graded_class,
+                                                                           tmp_path):
+    submissions, uninterrupted = graded_class
+    out = tmp_path / "out"
+    process = _start(submissions, out)
+    _wait_for_runs(out, 1, process)
+    process.kill()  # SIGKILL: no clean-up of any kind in the batch process
+    process.wait()
+    assert 1 <= sum(run_counts(out).values()) < 4
+    rerun = _start(submissions, out, jobs=2)
+    stdout, stderr = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, stderr
+    assert run_counts(out) == dict.fromkeys(CLASS, 1)  # nothing lost, nothing twice
+    assert latest_scores(out) == latest_scores(uninterrupted)
+    assert "unchanged (skipped)" in stdout
+
+
+def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(graded_class, tmp_path):
+    submissions, uninterrupted = graded_class
+    out = tmp_path / "out"
+    process = _start(submissions, out)
+    _wait_for_runs(out, 1, process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "run the same command again" in stderr
+    # The workers and their sandboxes are gone with it.
+    time.sleep(1)
+    leftovers = subprocess.run(["pgrep", "-f", f"autograder.batch_local|{out}"],
+                               capture_output=True, text=True).stdout.split()
+    assert [p for p in leftovers if int(p) != os.getpid()] == []
+    rerun = _start(submissions, out)
+    rerun.communicate(timeout=300)
+    assert rerun.returncode == 0
+    assert latest_scores(out) == latest_scores(uninterrupted)
+    assert set(run_counts(out).values()) == {1}
+
+
+def test_bad_options_are_refused_before_anything_is_graded(tmp_path):
+    submissions = make_class(tmp_path / "s", {"alice": GOOD})
+    with pytest.raises(BatchError, match="unknown backend"):
+        batch(submissions, "toy", tmp_path / "o", backend="slurm", config_path=CONFIG)
+    result = subprocess.run([str(AUTOGRADER), "batch", str(submissions), "-a", "toy", "-o",
+                             str(tmp_path / "o"), "--jobs", "0", "--config", str(CONFIG)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "--jobs" in result.stderr
+
+
+SNOOP = '''
+import gc, os, sys
+
+
+def add(a, b):
+    seen = {
+        "pid": os.getpid(), "uid": os.getuid(),
+        "environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+        "test_modules": sorted(m for m in sys.modules if not m.startswith("torch.")
+                               and m.rsplit(".", 1)[-1].startswith(("test_", "conftest"))),
+        "hidden_visible": os.path.exists(HIDDEN),
+        "canary_in_memory": any(isinstance(o, str) and "CANARY-" in o for o in gc.get_objects()),
+        "foreign_processes": [p for p in os.listdir("/proc") if p.isdigit() and os.stat(
+            f"/proc/{p}").st_uid != os.getuid()],
+    }
+    print("SEEN", repr(seen))
+    return a + b
+'''
+
+
+def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
+    """Batch workers fork runners and sandbox zygotes from warm servers; what a submission can
+    see from inside must not change: no grader environment, no hidden tests in memory or on
+    disk, no grader processes."""
+    from autograder.grade import grade
+
+    canary = "CANARY-" + os.urandom(8).hex()
+    monkeypatch.setenv("AUTOGRADER_TEST_SECRET", canary)
+    hidden = TOY / "assignments" / "toy" / "tests" / "hidden" / "test_toy.py"
+    source = SNOOP.replace("HIDDEN", repr(str(hidden)))
+    submissions = make_class(tmp_path / "s", {"eve": source})
+    summary = batch(submissions, "toy", tmp_path / "out", config_path=CONFIG, progress=False)
+    assert summary.failed == 0
+    warm = json.loads((tmp_path / "out" / "reports" / "eve" / "report.json").read_text())
+    cold = grade(submissions / "eve", "toy", tmp_path / "cold", CONFIG)
+
+    def seen(tests: list) -> dict:
+        output = next(t["output"] for t in tests if t["name"] == "add: adds two integers")
+        return eval(output.split("SEEN ", 1)[1].strip())  # our own repr of plain values
+
+    observed = seen(warm["tests"])
+    assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in \
+        observed["environ"]
+    assert observed["test_modules"] == []
+    assert not observed["hidden_visible"] and not observed["canary_in_memory"]
+    assert observed["foreign_processes"] == []  # the grader's processes are out of sight
+    assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
+    assert warm["environment"]["protections"] == cold.environment["protections"]
+    assert warm["score"] == cold.score
+    cold_seen = seen([{"name": t.name, "output": t.output} for t in cold.tests])
+    assert set(observed["environ"].split("\0")) <= set(cold_seen["environ"].split("\0")) | {
+        "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "PYTHONHASHSEED=0", ""} | {
+        e for e in observed["environ"].split("\0") if e.split("=")[0] in (
+            "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
