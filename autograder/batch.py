@@ -101,19 +101,21 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
             bar.close()
             if hasattr(outcomes, "close"):
                 outcomes.close()  # stops the workers (Ctrl-C included)
-        write_class_outputs(book, spec, out, [s.key for s in roster.submissions])
+        warnings += write_class_outputs(book, spec, out, [s.key for s in roster.submissions])
     shutil.rmtree(out / ".staging", ignore_errors=True)
     return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
                         round(time.monotonic() - started, 2), out, warnings)
 
 
 def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
-                        keys: list[str]) -> None:
-    """grades.csv, gradescope_scores.csv and index.html, from the latest run of each key."""
+                        keys: list[str]) -> list[str]:
+    """grades.csv, gradescope_scores.csv and index.html, from the latest run of each key;
+    returns notes on students left out of the Gradescope import."""
     rows = book.latest(keys)
     write_grades_csv(rows, assignment, out / "grades.csv")
-    write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
+    notes = write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
     write_overview(rows, assignment, out)
+    return [f"gradescope_scores.csv: {note}" for note in notes]
 
 
 def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[ClassSubmission]:
