@@ -12,6 +12,7 @@ drop to the sandbox uid; forbid new privileges; exec.
 """
 
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -25,7 +26,8 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 38, 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, LINUX_CAPABILITY_VERSION_3 = 47, 4, 0x20080522
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -93,11 +95,24 @@ def drop_and_exec(spec: dict, argv: list[str]) -> None:
 
 
 def drop(spec: dict) -> None:
-    """Become the sandbox user, forbid new privileges, apply limits."""
+    """Become the sandbox user with no capabilities, forbid new privileges, apply limits.
+
+    Dropping every capability matters most in a user namespace, where the sandbox is root of
+    its own namespace: with CAP_SYS_CHROOT it could chroot out of its view, and with
+    CAP_SYS_ADMIN remount the read-only folders (the grader's venv) writable."""
+    for cap in range(64):  # the bounding set first: that needs CAP_SETPCAP, lost with setuid
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:
+                break  # past the kernel's last capability
+            check(-1, f"dropping capability {cap}")
     if spec["uid"] is not None:
         os.setgroups([])
         os.setgid(spec["gid"])
         os.setuid(spec["uid"])
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # absent on old kernels
+    # No effective, permitted or inheritable capabilities left (as root, setuid cleared them).
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
     import resource
