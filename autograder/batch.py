@@ -10,10 +10,12 @@ worker is a JSON outcome. It alone writes the gradebook and the output folder.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from .late import late_status
 from .overview import write_overview
 from .paths import GRADING_CONFIG
 from .roster import discover
+from .sandbox import gpu_device_present
 
 BACKENDS = ("local", "ray")
 
@@ -67,16 +70,38 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
         raise BatchError("--jobs must be at least 1")
     spec = load_assignment(assignment, config_path)
     out.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        return _batch(submissions, spec, out, jobs, backend, address, force, only, config_path,
+                      progress, started)
+
+
+@contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One batch per output folder: a second one would re-extract the export under the first."""
+    with open(out / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BatchError(f"another autograder batch is writing to {out}; wait for it to "
+                             "finish (or stop it), then run this one") from None
+        yield
+
+
+def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: str,
+           address: str | None, force: bool, only: list[str] | None, config_path: Path,
+           progress: bool, started: float) -> BatchSummary:
+    assignment = spec.name
     roster = discover(submissions, out / ".export")
     warnings = list(roster.warnings)
     chosen = _select(roster.submissions, only)
     versions = (grader_version(), assignment_version(spec))
     with Gradebook(out / "gradebook.sqlite") as book:
         plan, skipped = [], 0
+        gpu_now = backend == "local" and gpu_device_present()
         for submission in chosen:
             planned = _plan(submission, spec, out, config_path)
-            if not (force or only) and book.is_current(submission.key, planned.content_hash,
-                                                       *versions, planned.late):
+            if not (force or only) and _reports_in_place(submission, out) and book.is_current(
+                    submission.key, planned.content_hash, *versions, planned.late, gpu_now):
                 skipped += 1
                 continue
             plan.append(planned)
@@ -89,8 +114,11 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
             for outcome in outcomes:
                 planned = by_key[outcome.key]
                 if outcome.error is None:
-                    _publish(planned, out)
-                else:
+                    try:
+                        _publish(planned, out)
+                    except OSError as exc:  # e.g. a Ray worker without the shared folder
+                        outcome.error = f"its reports could not be put in place: {exc}"
+                if outcome.error is not None:
                     failed += 1
                 book.record(planned.submission, assignment, outcome, planned.content_hash,
                             *versions, planned.late)
@@ -116,6 +144,13 @@ def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
     notes = write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
     write_overview(rows, assignment, out)
     return [f"gradescope_scores.csv: {note}" for note in notes]
+
+
+def _reports_in_place(submission: ClassSubmission, out: Path) -> bool:
+    # A run killed while swapping report folders leaves one missing: grade it again.
+    owners = [s.sid for s in submission.submitters] or [submission.key]
+    return all((out / "reports" / report_folder(sid) / "results.json").is_file()
+               for sid in owners)
 
 
 def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[ClassSubmission]:

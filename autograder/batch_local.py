@@ -35,8 +35,11 @@ class _Worker:
 
     def give(self, task: GradeTask) -> None:
         self.task = task
-        self.process.stdin.write(json.dumps(task.to_json()).encode() + b"\n")
-        self.process.stdin.flush()
+        try:
+            self.process.stdin.write(json.dumps(task.to_json()).encode() + b"\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died: its stdout ends, and the task fails there like any other
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -75,15 +78,16 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
                     if worker.task is not None:
                         yield GradeOutcome(worker.task.key, None,
                                            f"the grading worker died ({_ended(code)})", 0.0)
-                        if pending:
-                            feed(start())
+                    if pending:
+                        feed(start())
                     continue
                 worker.buffer += chunk
                 while b"\n" in worker.buffer and worker.task is not None:
                     line, worker.buffer = worker.buffer.split(b"\n", 1)
                     outcome = GradeOutcome(**json.loads(line))
+                    worker.task = None
+                    yield outcome  # recorded before the worker gets more
                     feed(worker)
-                    yield outcome
     finally:  # also on Ctrl-C, or when the caller stops early
         for worker in workers:
             worker.stop()

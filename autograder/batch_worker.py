@@ -31,6 +31,10 @@ def grade_task(task: GradeTask) -> GradeOutcome:
     """Grade `task.submission` into `task.out`; never raises (an error is in the outcome)."""
     started = time.monotonic()
     worker = f"{socket.gethostname()}:{os.getpid()}"
+    from . import coding
+
+    if coding.runner_server is not None and not coding.runner_server.alive:
+        warm_up()  # the server died (killed, out of memory): a new one for what follows
     try:
         assignment = _assignment(task.assignment, task.config_path)
         report = grade_loaded(Path(task.submission), assignment, Path(task.out), late=task.late)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
@@ -31,9 +32,9 @@ def tree_hash(path: Path, suffixes: tuple[str, ...] | None = None) -> str:
     for item in sorted(path.rglob("*")):
         if "__pycache__" in item.parts or (suffixes and item.suffix not in suffixes):
             continue
-        name = item.relative_to(path).as_posix().encode()
+        name = os.fsencode(item.relative_to(path).as_posix())  # any bytes a name may hold
         if item.is_symlink():
-            digest.update(b"L" + name + b"\0" + str(item.readlink()).encode() + b"\0")
+            digest.update(b"L" + name + b"\0" + os.fsencode(item.readlink()) + b"\0")
         elif item.is_file():
             data = item.read_bytes()
             digest.update(b"F" + name + b"\0" + str(len(data)).encode() + b"\0" + data)

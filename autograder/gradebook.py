@@ -88,14 +88,20 @@ class Gradebook:
         self.close()
 
     def is_current(self, key: str, content_hash: str, grader_version: str,
-                   assignment_version: str, late: LateStatus | None) -> bool:
+                   assignment_version: str, late: LateStatus | None,
+                   gpu_now: bool = False) -> bool:
         """True when the latest run of `key` graded these files, with this grader and
-        assignment, under this late status, and did not fail: a re-run can skip it."""
+        assignment, under this late status, and did not fail: a re-run can skip it. With
+        `gpu_now`, a run whose GPU tests are pending (gpu_policy: pending) is not current."""
         row = self.db.execute(
-            "SELECT content_hash, grader_version, assignment_version, late, error FROM runs "
+            "SELECT content_hash, grader_version, assignment_version, late, error, id FROM runs "
             "WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-        return row is not None and row[4] is None and tuple(row[:4]) == (
-            content_hash, grader_version, assignment_version, _late_json(late))
+        if row is None or row[4] is not None or tuple(row[:4]) != (
+                content_hash, grader_version, assignment_version, _late_json(late)):
+            return False
+        return not (gpu_now and self.db.execute(
+            "SELECT 1 FROM outcomes WHERE run_id=? AND status='pending' LIMIT 1",
+            (row[5],)).fetchone())
 
     def record(self, submission: ClassSubmission, assignment: str, outcome: GradeOutcome,
                content_hash: str, grader_version: str, assignment_version: str,

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import jinja2
 
 from .assignment import Assignment
-from .batch_records import GradedSubmission, LateStatus
+from .batch_records import GradedSubmission, LateStatus, report_folder
 from .report import PART_TITLES
 
 CHART_DIR = "overview"
@@ -135,12 +135,13 @@ def timed_out(text: str) -> bool:
 
 
 def report_link(out: Path, sid: str) -> str | None:
-    """reports/<sid>/report.html when that file exists and the sid is a plain folder name."""
-    if not sid or sid in (".", "..") or any(c in sid for c in "/\\\0"):
+    """reports/<folder>/report.html (the folder autograder.batch writes) when it exists."""
+    if not sid:
         return None
-    if not (out / "reports" / sid / "report.html").is_file():
+    folder = report_folder(sid)
+    if not (out / "reports" / folder / "report.html").is_file():
         return None
-    return f"reports/{quote(sid, safe='')}/report.html"
+    return f"reports/{quote(folder, safe='')}/report.html"
 
 
 def _is_graded(row: GradedSubmission) -> bool:

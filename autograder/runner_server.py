@@ -52,18 +52,28 @@ def serve(control_fd: int) -> None:
             os.read(wake_r, 4096)
         _reap(runners, channels, control)
         for channel in [c for c in ready if c in channels]:
-            message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 2)
+            try:
+                message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 2)
+            except OSError:
+                message, fds = b"", []
             if not message:  # that runner is gone; its zygotes end when their socket closes
                 del channels[channel]
                 channel.close()
                 continue
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1  # the runner hears nothing, gives up and starts its zygote cold
             if pid == 0:
                 _become_zygote(json.loads(message), fds)
             for fd in fds:
                 os.close(fd)
-            channels[channel].add(pid)
-            channel.send(json.dumps({"spawned": pid}).encode())
+            if pid > 0:
+                channels[channel].add(pid)
+                try:
+                    channel.send(json.dumps({"spawned": pid}).encode())
+                except OSError:
+                    pass  # the runner died meanwhile; the zygote ends on its own
         if control not in ready:
             continue
         message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
@@ -91,8 +101,10 @@ def serve(control_fd: int) -> None:
                 os.chdir(job.output_dir)
                 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as runner.main
                 os.umask(0o077)
-                sys.stdout.flush()
-                os._exit(run(job, results_fd))
+                code = run(job, results_fd)
+                sys.stdout.flush()  # pytest's summary, for runner.log
+                sys.stderr.flush()
+                os._exit(code)
             except BaseException:  # noqa: BLE001
                 import traceback
 
@@ -226,12 +238,17 @@ class WarmZygotes:
         """A zygote in a new sandbox built from `spec`; None if the server is gone."""
         request = {"spec": spec, "rlimits": rlimits, "cgroup_procs": cgroup_procs}
         with self._lock:
+            if not self.alive:
+                return None
             try:
                 socket.send_fds(self._channel, [json.dumps(request).encode()],
                                 [control_fd, out_fd])
                 pid = self._spawned.get(timeout=60)
             except (OSError, queue.Empty):
                 pid = None
+            if pid is None:  # never wait on this channel again: a late reply would mislead
+                self.alive = False
+                self._channel.close()
         return WarmZygote(self, pid) if pid is not None else None
 
     def status_of(self, pid: int, timeout: float | None) -> int | None:
@@ -311,6 +328,8 @@ class RunnerServer:
                 pid = self._spawned.get(timeout=60)
             except (OSError, queue.Empty):
                 pid = None
+            if pid is None:
+                self.close()  # a late reply would be taken for the next request's: start over
         return ForkedRunner(self, pid) if pid is not None else None
 
     def status_of(self, pid: int) -> int:
@@ -321,6 +340,7 @@ class RunnerServer:
             return self._statuses.pop(pid, signal.SIGKILL)
 
     def close(self) -> None:
+        self.alive = False
         self._socket.close()
         self.process.kill()
         self.process.wait()

@@ -238,3 +238,21 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
         "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "PYTHONHASHSEED=0", ""} | {
         e for e in observed["environ"].split("\0") if e.split("=")[0] in (
             "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
+
+
+def test_one_batch_at_a_time_per_output_folder_and_missing_reports_are_regraded(graded_class,
+                                                                                tmp_path):
+    import fcntl
+
+    submissions, first_out = graded_class
+    out = tmp_path / "out"
+    shutil.copytree(first_out, out)
+    with open(out / ".lock", "w") as held:  # as a running batch holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(BatchError, match="another autograder batch is writing"):
+            batch(submissions, "toy", out, config_path=CONFIG, progress=False)
+    # A batch killed while swapping a student's report folder left it missing.
+    shutil.rmtree(out / "reports" / "carol")
+    again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
+    assert (again.graded, again.skipped) == (1, 3)
+    assert (out / "reports" / "carol" / "report.html").is_file()
