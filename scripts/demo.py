@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from autograder.assignment import load_assignment
+from autograder.batch import batch
 from autograder.grade import grade_loaded
 from autograder.markers import reference, strip_solutions
 
@@ -57,7 +58,13 @@ def main() -> int:
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     print(f"\nOpen {OUT.relative_to(ROOT)}/reports/<submission>/report.html for each report.")
-    return 0
+
+    # The same three as a class, the way a TA grades one (warm workers, gradebook, overview).
+    summary = batch(OUT / "submissions", "dp_basics", OUT / "class", jobs=2)
+    print(f"\nautograder batch: {summary.total} submissions graded in {summary.seconds:g} s; "
+          f"class overview {OUT.relative_to(ROOT)}/class/index.html, grades "
+          f"{OUT.relative_to(ROOT)}/class/grades.csv")
+    return 0 if summary.failed == 0 else 1
 
 
 if __name__ == "__main__":
