@@ -293,7 +293,7 @@ def pass_rate_chart(stats: list[ItemStat], path: Path) -> str:
         axes.text(min(rate + 1, 88), y, f"{num(rate, 0)}% ({stat.passed}/{stat.counted})",
                   va="center", fontsize=8)
     axes.set_yticks(list(positions), labels, fontsize=8)
-    axes.invert_yaxis()
+    axes.set_ylim(len(shown) - 0.5, -0.5)  # first item on top, no margin (5% of 80 bars is 4)
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of graded submissions passing (orange: questions, blue: hidden tests)")
     axes.grid(axis="x", alpha=0.3)
