@@ -22,7 +22,7 @@ from .assignment import Assignment
 from .cgroups import remove_left_by
 from .pytest_plugin import Job
 from .results import CodingOutcome
-from .runner_server import ForkedRunner, RunnerServer
+from .runner_server import ForkedChild, RunnerServer
 from .sandbox import prepare_sandbox_dir
 from .submission import SubmissionFiles
 
@@ -160,7 +160,7 @@ class _Supervisor:
 runner_server: RunnerServer | None = None
 
 
-def _start_runner(job: Job, write_fd: int, log) -> subprocess.Popen | ForkedRunner:
+def _start_runner(job: Job, write_fd: int, log) -> subprocess.Popen | ForkedChild:
     payload = json.dumps(asdict(job))
     if runner_server is not None and runner_server.alive:
         forked = runner_server.spawn(payload, write_fd, log.fileno())

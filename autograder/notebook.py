@@ -118,8 +118,13 @@ def template_cells(template: str) -> list[dict]:
 
 def template_notebook(template: str) -> str:
     """The notebook, as nbformat.writes gives it (plus the final newline nbformat.write adds)."""
+    return notebook_json(template_cells(template))
+
+
+def notebook_json(cells: list[dict]) -> str:
+    """A Python 3 notebook of `cells`, serialised as nbformat.write does."""
     notebook = {
-        "cells": template_cells(template),
+        "cells": cells,
         "metadata": {
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "language_info": {"name": "python"},

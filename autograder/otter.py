@@ -32,7 +32,7 @@ import yaml
 from . import otter_checks
 from .assignment import Assignment
 from .markers import BEGIN, END, strip_solutions
-from .notebook import INSTRUCTIONS_ID, template_cells
+from .notebook import INSTRUCTIONS_ID, notebook_json, template_cells
 
 MULTIPLE_CHOICE = "multiple_choice"  # the otter question of the multiple-choice part
 SUPPORT_FILES = ("check.py", otter_checks.SCHEMA_NAME, "otter_checks.py", otter_checks.CHECKS_FILE)
@@ -336,17 +336,7 @@ def master_notebook(assignment: Assignment, tests: dict[str, list[str]]) -> str:
             if cell["id"] == INSTRUCTIONS_ID:
                 cells.append(_cell("markdown", "working-in-this-notebook", _howto(assignment)))
     cells += _multiple_choice_question(assignment)
-    notebook = {
-        "cells": cells,
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"},
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    return json.dumps(notebook, indent=1, sort_keys=True, separators=(",", ": "),
-                      ensure_ascii=False) + "\n"
+    return notebook_json(cells)
 
 
 def otter_files(assignment: Assignment, student: dict[str, bytes]) -> dict[str, bytes]:

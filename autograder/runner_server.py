@@ -7,7 +7,12 @@ and the child becomes the runner exactly as `python -I -m autograder.runner` wou
 session, not dumpable, umask 077, the hidden tests imported fresh. The server itself never
 collects tests, never sees a submission and never initialises CUDA, so every fork starts clean.
 
-`RunnerServer` is the client, used by `autograder.coding` when a batch worker installed one.
+Each forked runner also gets a channel back to the server for its sandbox zygotes: the server
+forks one per request, and the fork enters the submission's cgroup, limits, namespaces and uid
+(`_become_zygote`), so sandboxes skip the interpreter and torch start-up too.
+
+`RunnerServer` is the client, used by `autograder.coding` when a batch worker installed one;
+`ForkChannel` is the client side of either kind of request.
 """
 
 from __future__ import annotations
@@ -186,113 +191,27 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
     os._exit(121)
 
 
-class WarmZygote:
-    """A zygote forked by the server: the parts of `subprocess.Popen` a Zygote uses."""
+class ForkedChild:
+    """A child the server forked for us: the parts of `subprocess.Popen` the callers use."""
 
-    def __init__(self, source: WarmZygotes, pid: int) -> None:
-        self.source, self.pid = source, pid
+    def __init__(self, channel: ForkChannel, pid: int) -> None:
+        self.channel, self.pid = channel, pid
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
-        status = self.source.status_of(self.pid, timeout)
+        status = self.channel.status_of(self.pid, timeout)
         if status is None:
-            raise subprocess.TimeoutExpired("zygote", timeout or 0)
+            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
         self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
 
-class WarmZygotes:
-    """A runner's channel to its server, for zygotes (installed as sandbox.warm_zygotes)."""
+class ForkChannel:
+    """Our end of a socket to the server: ask it to fork (a message and two descriptors), hear
+    the child's pid, and later how it ended. Used for runners and for zygotes alike."""
 
-    def __init__(self, channel: socket.socket) -> None:
-        self._channel = channel
-        self._lock = threading.Lock()
-        self._spawned: queue.Queue[int | None] = queue.Queue()
-        self._statuses: dict[int, int] = {}
-        self._changed = threading.Condition()
-        self.alive = True
-        threading.Thread(target=self._listen, daemon=True).start()
-
-    def _listen(self) -> None:
-        while True:
-            try:
-                data = self._channel.recv(4096)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            message = json.loads(data)
-            if "spawned" in message:
-                self._spawned.put(message["spawned"])
-            else:
-                with self._changed:
-                    self._statuses[message["exited"]] = message["status"]
-                    self._changed.notify_all()
-        with self._changed:
-            self.alive = False
-            self._changed.notify_all()
-        self._spawned.put(None)
-
-    def start(self, spec: dict, rlimits: dict[str, int], cgroup_procs: list[str],
-              control_fd: int, out_fd: int) -> WarmZygote | None:
-        """A zygote in a new sandbox built from `spec`; None if the server is gone."""
-        request = {"spec": spec, "rlimits": rlimits, "cgroup_procs": cgroup_procs}
-        with self._lock:
-            if not self.alive:
-                return None
-            try:
-                socket.send_fds(self._channel, [json.dumps(request).encode()],
-                                [control_fd, out_fd])
-                pid = self._spawned.get(timeout=60)
-            except (OSError, queue.Empty):
-                pid = None
-            if pid is None:  # never wait on this channel again: a late reply would mislead
-                self.alive = False
-                self._channel.close()
-        return WarmZygote(self, pid) if pid is not None else None
-
-    def status_of(self, pid: int, timeout: float | None) -> int | None:
-        with self._changed:
-            self._changed.wait_for(lambda: pid in self._statuses or not self.alive, timeout)
-            if pid in self._statuses:
-                return self._statuses.pop(pid)
-            return None if self.alive else signal.SIGKILL
-
-
-_PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
-              "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUTOGRADER_ISOLATION",
-              "AUTOGRADER_ROOT")
-
-
-def server_env() -> dict[str, str]:
-    """The server's environment, which its zygotes' memory (and /proc/self/environ) carry into
-    every sandbox: only what grading needs, never a TA's tokens."""
-    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON}
-    # torch reads these when imported, here, once for every sandbox forked later.
-    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-
-
-class ForkedRunner:
-    """A runner forked by the server: the parts of `subprocess.Popen` the supervisor uses."""
-
-    def __init__(self, server: RunnerServer, pid: int) -> None:
-        self.server, self.pid = server, pid
-        self.returncode: int | None = None
-
-    def wait(self) -> int:
-        status = self.server.status_of(self.pid)
-        self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-
-class RunnerServer:
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "autograder.runner_server", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
-        theirs.close()
-        self._socket = ours
+    def __init__(self, sock: socket.socket) -> None:
+        self._socket = sock
         self._lock = threading.Lock()  # one request at a time
         self._spawned: queue.Queue[int | None] = queue.Queue()
         self._statuses: dict[int, int] = {}
@@ -320,28 +239,85 @@ class RunnerServer:
             self._changed.notify_all()
         self._spawned.put(None)
 
-    def spawn(self, job_json: str, results_fd: int, log_fd: int) -> ForkedRunner | None:
-        """A new runner for `job_json`; None if the server is gone (start one the usual way)."""
+    def fork(self, request: str, fds: list[int]) -> ForkedChild | None:
+        """The forked child, or None if the server is gone or did not answer in time."""
         with self._lock:
+            if not self.alive:
+                return None
             try:
-                socket.send_fds(self._socket, [job_json.encode()], [results_fd, log_fd])
+                socket.send_fds(self._socket, [request.encode()], fds)
                 pid = self._spawned.get(timeout=60)
             except (OSError, queue.Empty):
                 pid = None
-            if pid is None:
-                self.close()  # a late reply would be taken for the next request's: start over
-        return ForkedRunner(self, pid) if pid is not None else None
+            if pid is None:  # never wait on this channel again: a late reply would mislead
+                self.close()
+                return None
+        return ForkedChild(self, pid)
 
-    def status_of(self, pid: int) -> int:
+    def status_of(self, pid: int, timeout: float | None) -> int | None:
+        """The child's wait status; None on timeout. A server that died took its children
+        with it: they count as killed."""
         with self._changed:
-            while pid not in self._statuses and self.alive:
-                self._changed.wait()
-            # A server that died took its children with it: report them as killed.
-            return self._statuses.pop(pid, signal.SIGKILL)
+            self._changed.wait_for(lambda: pid in self._statuses or not self.alive, timeout)
+            if pid in self._statuses:
+                return self._statuses.pop(pid)
+            return None if self.alive else signal.SIGKILL
 
     def close(self) -> None:
         self.alive = False
         self._socket.close()
+
+
+class WarmZygotes:
+    """A forked runner's source of zygotes (installed as sandbox.warm_zygotes)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.channel = ForkChannel(sock)
+
+    def start(self, spec: dict, rlimits: dict[str, int], cgroup_procs: list[str],
+              control_fd: int, out_fd: int) -> ForkedChild | None:
+        """A zygote in a new sandbox built from `spec`; None if the server is gone."""
+        request = {"spec": spec, "rlimits": rlimits, "cgroup_procs": cgroup_procs}
+        return self.channel.fork(json.dumps(request), [control_fd, out_fd])
+
+
+_PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
+              "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUTOGRADER_ISOLATION",
+              "AUTOGRADER_ROOT")
+
+
+def server_env() -> dict[str, str]:
+    """The server's environment, which its zygotes' memory (and /proc/self/environ) carry into
+    every sandbox: only what grading needs, never a TA's tokens."""
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON}
+    # torch reads these when imported, here, once for every sandbox forked later.
+    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+class RunnerServer:
+    """Started by a batch worker (see batch_worker.warm_up); `spawn` forks a warm runner."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "autograder.runner_server", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
+        theirs.close()
+        self.channel = ForkChannel(ours)
+
+    @property
+    def alive(self) -> bool:
+        return self.channel.alive
+
+    def spawn(self, job_json: str, results_fd: int, log_fd: int) -> ForkedChild | None:
+        """A new runner for `job_json`; None if the server is gone (start one the usual way)."""
+        forked = self.channel.fork(job_json, [results_fd, log_fd])
+        if forked is None:
+            self.close()
+        return forked
+
+    def close(self) -> None:
+        self.channel.close()
         self.process.kill()
         self.process.wait()
 
