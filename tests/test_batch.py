@@ -120,11 +120,24 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
         batch(changed, "toy", out, only=["zoe"], config_path=CONFIG, progress=False)
 
 
-def _start(submissions: Path, out: Path, jobs: int = 1) -> subprocess.Popen:
+def _start(submissions: Path, out: Path, jobs: int = 1, mark: str = "") -> subprocess.Popen:
+    # `mark` tags the batch and every worker (they inherit it) among other runs on the machine.
     return subprocess.Popen(
         [str(AUTOGRADER), "batch", str(submissions), "-a", "toy", "-o", str(out),
          "--jobs", str(jobs), "--config", str(CONFIG)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "AUTOGRADER_TEST_MARK": mark})
+
+
+def _marked(mark: str) -> list[int]:
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"AUTOGRADER_TEST_MARK={mark}".encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            pass
+    return found
 
 
 def _wait_for_runs(out: Path, count: int, process: subprocess.Popen) -> None:
@@ -156,17 +169,16 @@ def test_kill_9_then_rerun_gives_the_same_gradebook_as_an_uninterrupted_run(grad
 def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(graded_class, tmp_path):
     submissions, uninterrupted = graded_class
     out = tmp_path / "out"
-    process = _start(submissions, out)
+    mark = os.urandom(8).hex()
+    process = _start(submissions, out, mark=mark)
     _wait_for_runs(out, 1, process)
+    assert len(_marked(mark)) >= 2  # the batch and its worker
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130
     assert "run the same command again" in stderr
-    # The workers and their sandboxes are gone with it.
     time.sleep(1)
-    leftovers = subprocess.run(["pgrep", "-f", f"autograder.batch_local|{out}"],
-                               capture_output=True, text=True).stdout.split()
-    assert [p for p in leftovers if int(p) != os.getpid()] == []
+    assert _marked(mark) == []  # its workers are gone with it
     rerun = _start(submissions, out)
     rerun.communicate(timeout=300)
     assert rerun.returncode == 0
