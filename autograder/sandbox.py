@@ -8,6 +8,7 @@ worker). Replies are JSON decoded by `codec.decode`; a crash, exit or hang becom
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import json
 import os
@@ -53,6 +54,8 @@ class StudentError(Exception):
         self.function = function
         self.type_names = _strings(info.get("type_names"))[:20] or ["Exception"]
         self.qualified_names = _strings(info.get("qualified"))[:20]
+        flags = info.get("builtin")
+        self.builtin_flags = [v is True for v in flags][:20] if type(flags) is list else []
         self.type_name = self.type_names[0][:200]
         self.message = str(info.get("message", ""))[:4000]
         self.where = str(info.get("where", ""))[:500]
@@ -60,9 +63,21 @@ class StudentError(Exception):
 
     def is_a(self, type_name: str) -> bool:
         """True if the student's exception is (a subclass of) the named type: a built-in one
-        for a bare name ('ValueError'), so a student's own class of that name does not count."""
-        wanted = type_name if "." in type_name else f"builtins.{type_name}"
-        return wanted in self.qualified_names
+        for a bare name ('ValueError'), so a student's own class of that name does not count.
+
+        A bare name must be a real built-in exception here, and the sandbox must have found that
+        class in the exception's MRO by identity (`codec.encode_exception`): a class that only
+        claims `__module__ = "builtins"` does not count. (Student code that patches the encoder
+        can still forge the flag, but it could as well raise the real built-in class: a forged
+        reply can claim nothing an honest one could not.)"""
+        if "." in type_name:
+            return type_name in self.qualified_names
+        real = getattr(builtins, type_name, None)
+        if not (isinstance(real, type) and issubclass(real, BaseException)):
+            return False
+        wanted = f"builtins.{type_name}"
+        return any(name == wanted and i < len(self.builtin_flags) and self.builtin_flags[i]
+                   for i, name in enumerate(self.qualified_names))
 
 
 class _EndedEarlier(Exception):
@@ -248,15 +263,17 @@ class Zygote:
             self._changed.notify_all()
         self._spawned.put(None)
 
-    def spawn(self, mode: str, module_name: str, output_path: Path,
-              timeout: float = 60.0) -> tuple[int, int, int]:
-        """Fork a worker; returns (pid, request fd to write, reply fd to read)."""
+    def spawn(self, mode: str, module_name: str, output_path: Path, timeout: float = 60.0,
+              gpus: int = 0) -> tuple[int, int, int]:
+        """Fork a worker (with `gpus` simulated GPUs when not 0); returns (pid, request fd to
+        write, reply fd to read)."""
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         out = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            socket.send_fds(self._socket, [json.dumps({"mode": mode, "module": module_name})
-                                           .encode()], [request_r, reply_w, out])
+            spec = {"mode": mode, "module": module_name, "gpus": gpus}
+            socket.send_fds(self._socket, [json.dumps(spec).encode()],
+                            [request_r, reply_w, out])
             pid = self._spawned.get(timeout=timeout)
         except (OSError, queue.Empty):
             pid = None
@@ -340,9 +357,11 @@ def _kill_group(pid: int) -> None:
 class _Process:
     """One forked sandbox worker with its request and reply pipes."""
 
-    def __init__(self, zygote: Zygote, module_name: str, mode: str, output_path: Path) -> None:
-        self.zygote = zygote
-        self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path)
+    def __init__(self, zygote: Zygote, module_name: str, mode: str, output_path: Path,
+                 gpus: int = 0) -> None:
+        self.zygote, self.gpus = zygote, gpus
+        self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path,
+                                                              gpus=gpus)
         self._status: int | None = None
         self.expected = "ready"  # the first frame of a serving worker
         self.sent_at = time.monotonic()
@@ -376,10 +395,8 @@ class _Process:
         deadline = time.monotonic() + timeout
         while True:
             raw = wire.recv(self.reply_r, max(0.0, deadline - time.monotonic()))
-            try:
-                reply = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                raise codec.CodecError("the sandbox sent a malformed reply") from exc
+            reply = codec.loads(raw)  # counts values before parsing: memory stays bounded
+            del raw
             if type(reply) is not dict:
                 raise codec.CodecError("the sandbox sent a malformed reply")
             if reply.get("id") == self.expected:
@@ -469,28 +486,33 @@ class Sandbox:
     IMPORT_SECONDS = 30.0
 
     def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None,
-             budget: float | None = None) -> Any:
+             budget: float | None = None, gpus: int = 0) -> Any:
+        """`name(*args, **kwargs)` in the student's module; with `gpus`, in a worker that
+        simulates that many GPUs (see sandbox_runtime/simulated_cuda.py)."""
         self._budget = budget
         return self._request({"op": "call", "name": name, "args": tuple(args),
-                              "kwargs": dict(kwargs)}, name, name, timeout)
+                              "kwargs": dict(kwargs)}, name, name, timeout, gpus)
 
     def probe(self, name: str, args: Sequence, kwargs: dict, function: str,
-              timeout: float | None = None, budget: float | None = None) -> Any:
+              timeout: float | None = None, budget: float | None = None, gpus: int = 0) -> Any:
         self._budget = budget
         return self._request({"op": "probe", "name": name, "args": tuple(args),
                               "kwargs": dict(kwargs)}, f"{function} (scenario {name})", function,
-                             timeout)
+                             timeout, gpus)
 
-    def _request(self, request: dict, what: str, function: str, timeout: float | None) -> Any:
+    def _request(self, request: dict, what: str, function: str, timeout: float | None,
+                 gpus: int = 0) -> Any:
         timeout = self.limits.call_timeout if timeout is None else timeout
         if self._import_hang is not None:
             raise SandboxFailure(self._import_hang)
-        process = self._ensure_started(timeout)
+        if self._process is not None and self._process.gpus != gpus:
+            self.restart()  # the GPUs a worker simulates are fixed before the student's import
+        process = self._ensure_started(timeout, gpus)
         process.send(request)
         try:
             reply = self._read(process, timeout, what)
         except _EndedEarlier:
-            process = self._ensure_started(timeout)  # a fresh worker, once
+            process = self._ensure_started(timeout, gpus)  # a fresh worker, once
             process.send(request)
             reply = self._read(process, timeout, what)
         try:
@@ -499,10 +521,10 @@ class Sandbox:
             self.restart()  # the reply stream may be out of step: start clean
             raise
 
-    def _ensure_started(self, timeout: float) -> _Process:
+    def _ensure_started(self, timeout: float, gpus: int = 0) -> _Process:
         if self._process is None:
             # Starting (or restarting) the zygote is the grader's time, not the student's.
-            process = _Process(self.zygote(), self.module_name, "serve", self.output_path)
+            process = _Process(self.zygote(), self.module_name, "serve", self.output_path, gpus)
             self._process = process
             try:
                 allowed = max(timeout, self.IMPORT_SECONDS)
@@ -551,8 +573,9 @@ class Sandbox:
             self._zygote = None
 
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
-                  output_dir: Path, function: str) -> list[Any]:
-        """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers."""
+                  output_dir: Path, function: str, gpus: int = 0) -> list[Any]:
+        """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers
+        (each simulating `gpus` GPUs when not 0)."""
         if self._import_hang is not None:  # each rank would import, and hang, again
             raise SandboxFailure(self._import_hang)
         port = free_port()
@@ -561,7 +584,7 @@ class Sandbox:
         try:
             for rank in range(world_size):
                 processes.append(_Process(self.zygote(), self.module_name, "once",
-                                          output_dir / f"rank{rank}.log"))
+                                          output_dir / f"rank{rank}.log", gpus))
             for rank, process in enumerate(processes):
                 process.send({"op": "probe", "name": probe,
                               "args": (rank, world_size, port, *args), "kwargs": {}})

@@ -8,13 +8,17 @@ ever unpickled and no student-made object crosses alive: the trusted side only s
 from __future__ import annotations
 
 import base64
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 MAX_DEPTH = 32
 MAX_ITEMS = 100_000
 MAX_TENSOR_BYTES = 64 * 1024 * 1024
+# A reply's envelope (id, value/raised...) holds a few values besides the encoded result.
+ENVELOPE_ITEMS = 64
 # Public attributes worth recording on module snapshots (DataParallel, DDP, BatchNorm, Linear...).
 MODULE_ATTRIBUTES = (
     "training", "device_ids", "output_device", "dim", "num_features", "eps", "momentum",
@@ -137,7 +141,12 @@ def _type_name(value: Any) -> str:
 
 
 def encode_exception(exc: BaseException) -> dict:
-    """Plain data for a student exception (its type names and message, nothing alive)."""
+    """Plain data for a student exception (its type names and message, nothing alive).
+
+    `builtin` says, class by class, whether it *is* the built-in class of that name: a
+    student's own class may claim `__module__ = "builtins"`, but it is not that object."""
+    import builtins
+
     try:
         message = str(exc)
     except BaseException:  # a hostile __str__
@@ -146,6 +155,8 @@ def encode_exception(exc: BaseException) -> dict:
     return {"type_names": [str(getattr(c, "__qualname__", "?")) for c in mro],
             "qualified": [f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', '?')}"
                           for c in mro],
+            "builtin": [getattr(builtins, str(getattr(c, "__name__", "")), None) is c
+                        for c in mro],
             "message": message[:4000]}
 
 
@@ -190,6 +201,31 @@ def remote_device(t: Any) -> str:
 def remote_identity(t: Any) -> str | None:
     """Which argument a decoded tensor *was* in the sandbox ('arg0', 'kw:x'), if any."""
     return getattr(t, "_remote_identity", None)
+
+
+def loads(raw: bytes) -> Any:
+    """Parse a reply's JSON text, refusing one with more values than `decode` accepts before
+    parsing it: `json.loads` of 90 MiB of `{},` would build millions of objects (2.5 GB).
+
+    Every JSON value but the first is the first of its container or follows a comma, so
+    1 + count('[', '{', ',') bounds the values (and keys); commas inside strings only make that
+    bound loose, and then strings are blanked out (C speed, one copy) for an exact count."""
+    limit = MAX_ITEMS + ENVELOPE_ITEMS
+    if _structure(raw) > limit and _structure(_STRINGS.sub(b'""', raw)) > limit:
+        raise CodecError(f"the reply holds more than {MAX_ITEMS} values")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise CodecError("the sandbox sent a malformed reply") from exc
+    except MemoryError:
+        raise CodecError("the reply was too large to check") from None
+
+
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _structure(raw: bytes) -> int:
+    return 1 + raw.count(b"[") + raw.count(b"{") + raw.count(b",")
 
 
 def decode(data: Any) -> Any:
@@ -280,16 +316,39 @@ def _dtype(name: Any) -> Any:
     return value
 
 
+def _narrow_float(dtype: Any) -> bool:
+    """bfloat16 and the float8 types: NumPy has none, so they travel as float32 (see encode)."""
+    import torch
+
+    return dtype == torch.bfloat16 or (dtype.is_floating_point and dtype.itemsize == 1)
+
+
 def _tensor(body: dict) -> Any:
     import torch
 
     dtype, wire = _dtype(body.get("dtype")), _dtype(body.get("wire_dtype"))
+    # The only honest cast is float32 on the wire to a narrower float, which shrinks the data:
+    # any other (60 MiB of uint8 "as complex128" is 960 MiB) would grow it on the trusted side.
+    if wire != dtype and not (wire == torch.float32 and _narrow_float(dtype)):
+        raise CodecError(f"a tensor of {dtype} cannot travel as {wire}")
     shape = [int(_expect(s, int)) for s in _expect(body.get("shape"), list)]
-    raw = base64.b64decode(_expect(body.get("data"), str), validate=True)
+    if any(s < 0 for s in shape) or len(shape) > 64:
+        raise CodecError("malformed tensor shape")
     count = math.prod(shape)
-    if count * torch.empty((), dtype=wire).element_size() != len(raw):
+    data = _expect(body.get("data"), str)
+    # Checked before decoding anything: the base64 text is 4/3 of the raw size, exactly.
+    if count * wire.itemsize != len(data) // 4 * 3 - data[-2:].count("=") \
+            or count * max(wire.itemsize, dtype.itemsize) > MAX_TENSOR_BYTES:
         raise CodecError("tensor data does not match its shape")
-    flat = torch.frombuffer(bytearray(raw), dtype=wire) if raw else torch.empty(0, dtype=wire)
+    raw = base64.b64decode(data, validate=True)
+    if count * wire.itemsize != len(raw):
+        raise CodecError("tensor data does not match its shape")
+    if dtype == torch.bool:  # bytes other than 0 and 1 would make a bool tensor that lies
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).ne(0) if raw else \
+            torch.empty(0, dtype=torch.bool)
+    else:
+        flat = torch.frombuffer(bytearray(raw), dtype=wire) if raw else \
+            torch.empty(0, dtype=wire)
     t = flat.reshape(shape).to(dtype) if wire != dtype else flat.reshape(shape)
     if body.get("requires_grad") is True and (t.is_floating_point() or t.is_complex()):
         t.requires_grad_(True)
