@@ -23,6 +23,35 @@ from dataclasses import asdict
 from .batch_records import GradeOutcome, GradeTask
 
 STOP_SECONDS = 10.0  # how long stopped workers get to kill their sandboxes before SIGKILL
+# One outcome line: a report is at most a few hundred KiB (report.MAX_FILE_BYTES per file).
+MAX_OUTCOME_BYTES = 16 << 20
+
+
+class LineTooLong(ValueError):
+    """A worker sent more than the cap without ending its line."""
+
+
+class LineReader:
+    """Splits a byte stream into lines in time linear in its length (a growable buffer, each
+    byte searched once), refusing a line longer than `limit`."""
+
+    def __init__(self, limit: int = MAX_OUTCOME_BYTES) -> None:
+        self.buffer = bytearray()
+        self.scanned = 0  # bytes of `buffer` known to hold no newline
+        self.limit = limit
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines `chunk` completes (without their newlines)."""
+        self.buffer += chunk
+        lines = []
+        while (end := self.buffer.find(b"\n", self.scanned)) >= 0:
+            lines.append(bytes(self.buffer[:end]))
+            del self.buffer[: end + 1]
+            self.scanned = 0
+        self.scanned = len(self.buffer)
+        if self.scanned > self.limit:
+            raise LineTooLong(f"a line over {self.limit} bytes")
+        return lines
 
 
 class _Worker:
@@ -31,7 +60,8 @@ class _Worker:
             [sys.executable, "-I", "-m", "autograder.batch_local"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
         self.task: GradeTask | None = None
-        self.buffer = b""
+        self.lines = LineReader()
+        self.failure: str | None = None  # why the batch stopped it, if it did
 
     def give(self, task: GradeTask) -> None:
         self.task = task
@@ -76,15 +106,28 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
                     workers.remove(worker)
                     code = worker.process.wait()
                     if worker.task is not None:
-                        yield GradeOutcome(worker.task.key, None,
+                        yield GradeOutcome(worker.task.key, None, worker.failure or
                                            f"the grading worker died ({_ended(code)})", 0.0)
                     if pending:
                         feed(start())
                     continue
-                worker.buffer += chunk
-                while b"\n" in worker.buffer and worker.task is not None:
-                    line, worker.buffer = worker.buffer.split(b"\n", 1)
-                    outcome = GradeOutcome(**json.loads(line))
+                if worker.failure:
+                    continue  # stopped: read to the end, keep nothing
+                try:
+                    lines = worker.lines.feed(chunk)
+                except LineTooLong:  # stop it: its task fails, a new worker takes over
+                    worker.failure = (f"the grading worker's answer was over "
+                                      f"{MAX_OUTCOME_BYTES >> 20} MiB; it was stopped")
+                    worker.lines = LineReader()
+                    try:
+                        os.killpg(worker.process.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    continue
+                for line in lines:
+                    if worker.task is None:
+                        continue  # nothing was asked: not an outcome
+                    outcome = _outcome(worker.task, line)
                     worker.task = None
                     yield outcome  # recorded before the worker gets more
                     feed(worker)
@@ -99,6 +142,16 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
                 os.killpg(worker.process.pid, signal.SIGKILL)
                 worker.process.wait()
         selector.close()
+
+
+def _outcome(task: GradeTask, line: bytes) -> GradeOutcome:
+    try:
+        outcome = GradeOutcome(**json.loads(line))
+    except (ValueError, TypeError, RecursionError):
+        return GradeOutcome(task.key, None, "the grading worker sent an unreadable answer", 0.0)
+    if outcome.key != task.key:
+        return GradeOutcome(task.key, None, "the grading worker answered for another task", 0.0)
+    return outcome
 
 
 def _ended(code: int) -> str:

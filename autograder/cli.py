@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from .inert import inert
 from .paths import GRADING_CONFIG
 
 
@@ -42,13 +43,13 @@ def grade(submission: Path, assignment: str, out: Path, config_path: Path,
     try:
         report = grade_submission(submission, assignment, out, config_path)
     except (ConfigError, GradingError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {inert(str(exc))}", err=True)
         sys.exit(2)
     for part in report.parts:
         click.echo(f"{part.name:<16} {part.score:>7g} / {part.max_score:g}")
     click.echo(f"{'total':<16} {report.score:>7g} / {report.max_score:g}")
-    for warning in report.warnings:
-        click.echo(f"note: {warning}")
+    for warning in report.warnings:  # inert already; again, as this is a terminal
+        click.echo(f"note: {inert(warning)}")
     click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
                + "; ".join(report.environment.get("protections", [])))
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
@@ -270,8 +271,8 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str
     except (BatchError, ConfigError, GradebookError, RosterError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    for warning in summary.warnings:
-        click.echo(f"note: {warning}")
+    for warning in summary.warnings:  # roster notes name the export's folders
+        click.echo(f"note: {inert(warning)}")
     click.echo(f"{summary.total} submissions: {summary.graded} graded, {summary.skipped} "
                f"unchanged (skipped), {summary.failed} grader errors, in {summary.seconds:g} s")
     click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")

@@ -17,6 +17,7 @@ from .archives import ArchiveError, extract_zip
 from .assignment import Assignment, load_assignment
 from .batch_records import LateStatus
 from .coding import run_hidden_tests
+from .inert import label
 from .multiple_choice import grade_answers
 from .notebook import NotebookError, extract_module
 from .paths import GRADING_CONFIG
@@ -47,13 +48,16 @@ def grade_loaded(submission: Path, assignment: Assignment, out: Path,
             print(f"autograder: kept {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    write_outputs(report, out)
-    return report
+    return write_outputs(report, out)
 
 
 def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float) -> Report:
     config = assignment.config
-    files = _submission_files(submission, workdir / "upload", config.module)
+    try:
+        files = _submission_files(submission, workdir / "upload", config.module)
+    except Exception as exc:  # noqa: BLE001 - a last line: the student still gets a report
+        problem = f"your submission could not be read ({type(exc).__name__}); tell your instructor"
+        files = SubmissionFiles(workdir / "upload", None, problem, None, [])
     warnings = list(files.warnings)
 
     mc = grade_answers(assignment.bank, files.answers)
@@ -80,7 +84,7 @@ def _submission_files(submission: Path, unpack_to: Path, module: str) -> Submiss
         try:
             extract_zip(submission, unpack_to)
         except ArchiveError as exc:
-            problem = f"{submission.name}: {exc}"
+            problem = f"{label(submission.name)}: {exc}"
             return SubmissionFiles(unpack_to, None, problem, None, [problem])
         files = locate(unpack_to, module)
     if files.module is None and files.notebook is not None:
@@ -97,10 +101,12 @@ def _module_from_notebook(files: SubmissionFiles, folder: Path, module: str) -> 
         return
     folder.mkdir(exist_ok=True)
     files.module = folder / f"{module}.py"
-    files.module.write_text(extracted.source, encoding="utf-8")
-    files.warnings += [f"{files.notebook.name} was converted to {module}.py: the code of its "
-                       "solution cells and locked code cells, in notebook order; other cells "
-                       "were left out", *extracted.warnings]
+    # surrogatepass: a lone surrogate from the notebook's JSON becomes bytes that the import
+    # in the sandbox reports, rather than an error here.
+    files.module.write_bytes(extracted.source.encode("utf-8", "surrogatepass"))
+    files.warnings += [f"{label(files.notebook.name)} was converted to {module}.py: the code "
+                       "of its solution cells and locked code cells, in notebook order; other "
+                       "cells were left out", *extracted.warnings]
 
 
 def _question_result(r, assignment: Assignment) -> TestResult:

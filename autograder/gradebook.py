@@ -15,6 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .batch_records import ClassSubmission, GradedSubmission, GradeOutcome, LateStatus, Submitter
+from .inert import clip, inert
+
+# One run's stored report: a report is a few hundred KiB at most (report.MAX_FILE_BYTES); one
+# from elsewhere (an old worker, Ray) is cut down to fit rather than stored whole.
+MAX_REPORT_CHARS = 1 << 20
+MAX_TEXT_CHARS = 4000  # the error and each outcome message
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -107,7 +113,8 @@ class Gradebook:
                content_hash: str, grader_version: str, assignment_version: str,
                late: LateStatus | None) -> int:
         """Add one run (all of it or, if interrupted, none of it); returns its id."""
-        report = outcome.report
+        report = _bounded_report(outcome.report)
+        error = clip(inert(outcome.error), MAX_TEXT_CHARS) if outcome.error is not None else None
         score = raw = max_score = None
         if report is not None:
             score, max_score = report["score"], report["max_score"]
@@ -127,13 +134,13 @@ class Gradebook:
                 "max_score, error, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (submission.key, assignment, content_hash, grader_version, assignment_version,
                  _late_json(late), now, round(outcome.seconds, 3), outcome.worker, score, raw,
-                 max_score, outcome.error,
+                 max_score, error,
                  json.dumps(report) if report is not None else None)).lastrowid
             for position, t in enumerate((report or {}).get("tests", [])):
                 self.db.execute(
                     "INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, position, t["name"], t["part"], t["item"], t["status"],
-                     t["score"], t["max_score"], t["message"]))
+                     t["score"], t["max_score"], clip(t["message"], MAX_TEXT_CHARS)))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -163,6 +170,19 @@ class Gradebook:
 
     def run_count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def _bounded_report(report: dict | None) -> dict | None:
+    """`report`, or when its JSON is over MAX_REPORT_CHARS a copy without printed output and
+    with short messages and notes (scores and statuses are kept)."""
+    if report is None or len(json.dumps(report)) <= MAX_REPORT_CHARS:
+        return report
+    tests = [{**t, "output": "", "message": clip(t.get("message", ""), 500),
+              "feedback": [clip(line, 500) for line in t.get("feedback", [])[:10]]}
+             for t in report.get("tests", [])]
+    warnings = [clip(w, 500) for w in report.get("warnings", [])[:40]]
+    warnings.append("this stored report was cut down to fit the gradebook; see report.json")
+    return {**report, "tests": tests, "warnings": warnings}
 
 
 def _late_json(late: LateStatus | None) -> str | None:

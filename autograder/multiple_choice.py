@@ -1,9 +1,10 @@
 """Trusted multiple-choice grader: a student's answers.yml / answers.json against the bank's key.
 
-Runs in the trusted parent. The answers file is student data, so it is parsed with a safe YAML
-loader (tags that would construct Python objects are refused), size-capped, and never aborts
-grading: a missing or broken file gives 0 points with a message on every question, and a bad
-answer makes only its own question "invalid".
+Runs in the trusted parent; the answers file is student data, so it is parsed in a limited child
+process (`autograder.untrusted_parse`) with a safe YAML loader (tags that would construct Python
+objects are refused), size-capped, and comes back as plain JSON. It never aborts grading: a
+missing or broken file gives 0 points with a message on every question, and a bad answer makes
+only its own question "invalid".
 
 Answers are normalised before validation against the answers schema (see
 ``autograder.questions.answers_schema``): letters are stripped and upper-cased; for a
@@ -16,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import reprlib
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +26,14 @@ from typing import Any
 import jsonschema
 import yaml
 
+from autograder.inert import label
 from autograder.questions import Question, QuestionBank, answers_schema
+from autograder.untrusted_parse import ChildFailed, run_limited
 
 ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 NO_FILE_MESSAGE = "no answers file found (expected answers.yml or answers.json)"
 MAX_ANSWERS_BYTES = 256 * 1024  # a real answers file is well under 2 KiB
+MAX_UNKNOWN_SHOWN = 10  # unknown question ids named in the warning
 
 CORRECT, INCORRECT, UNANSWERED, INVALID = "correct", "incorrect", "unanswered", "invalid"
 
@@ -68,6 +73,20 @@ class DuplicateAnswer:
     lines: list[int | None]
 
 
+@dataclass(frozen=True)
+class Opaque:
+    """A value that is no letter and no list (a date, bytes, a set, a huge number), as the
+    parser child described it: its type's name and a short display."""
+
+    type_name: str
+    shown: str
+
+    def __repr__(self) -> str:
+        return self.shown
+
+    __str__ = __repr__
+
+
 # ----------------------------------------------------------------------------- loading
 
 
@@ -85,6 +104,14 @@ class _AnswersLoader(yaml.SafeLoader):
                 None, None, "YAML aliases (*name) are not allowed in an answers file",
                 event.start_mark)
         return super().compose_node(parent, index)
+
+    def construct_yaml_int(self, node: yaml.Node) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # over Python's 4,300 digits for int(): no answer is a number anyway
+            raise yaml.constructor.ConstructorError(
+                None, None, "this number is too long to read; answers are letters, e.g. B",
+                node.start_mark) from None
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, yaml.MappingNode):
@@ -113,6 +140,9 @@ class _AnswersLoader(yaml.SafeLoader):
         return mapping
 
 
+_AnswersLoader.add_constructor("tag:yaml.org,2002:int", _AnswersLoader.construct_yaml_int)
+
+
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     mapping: dict[str, Any] = {}
     for key, value in pairs:
@@ -127,6 +157,12 @@ def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return mapping
 
 
+def _json_int(text: str) -> int | Opaque:
+    if len(text.lstrip("-")) > 30:  # int() refuses over 4,300 digits; no answer needs 30
+        return Opaque("int", f"a number of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
 def _yaml_error(name: str, exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -139,13 +175,79 @@ def _yaml_error(name: str, exc: yaml.YAMLError) -> str:
 
 
 def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:
-    """Parse an answers file (YAML or JSON, by extension).
+    """Parse an answers file (YAML or JSON, by extension), in a limited child process.
 
     Returns ``(answers, errors)``. ``errors`` are file-level problems, each naming the file and,
     where the parser knows it, the line and column; when there are any, ``answers`` is empty.
-    A question id given twice maps to a ``DuplicateAnswer``.
+    A question id given twice maps to a ``DuplicateAnswer``; a value that is neither text,
+    number, list nor mapping (a date, bytes, a set) to an ``Opaque``.
     """
-    name = path.name
+    name = label(path.name)
+    try:
+        wire, errors = run_limited(_load_to_wire, str(path))
+    except ChildFailed as exc:
+        why = {"memory": "needs more memory to read than an answers file ever could",
+               "depth": "is nested too deeply to be an answers file",
+               "time": "takes too long to read"}.get(exc.reason, f"could not be read ({exc})")
+        return {}, [f"{name} {why}; answers are letters, e.g. dp_chunk_sizes: B"]
+    return (_from_wire(wire) if not errors else {}), errors
+
+
+_MAX_DEPTH = 20  # an answer is a letter or a list of letters: depth 2
+
+
+def _load_to_wire(path: str) -> tuple[Any, list[str]]:
+    """In the child: parse, and encode what was read as JSON (see `_to_wire`)."""
+    answers, errors = _load_answers_here(Path(path))
+    return (_to_wire(answers, 0) if not errors else None), errors
+
+
+def _to_wire(value: Any, depth: int) -> Any:
+    # Mappings and the loader's own records are tagged objects, so none is mistaken for another.
+    if value is None or isinstance(value, (bool, str, float)):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() <= 64:
+            return value
+        return {"$": "opaque", "type": "int",
+                "shown": f"a number of about {int(value.bit_length() * 0.30103)} digits"}
+    if depth >= _MAX_DEPTH:
+        return {"$": "opaque", "type": type(value).__name__, "shown": "(nested too deeply)"}
+    if isinstance(value, list | tuple):
+        return [_to_wire(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {"$": "map", "items": [[_to_wire(k, depth + 1), _to_wire(v, depth + 1)]
+                                      for k, v in value.items()]}
+    if isinstance(value, Opaque):
+        return {"$": "opaque", "type": value.type_name, "shown": value.shown}
+    if isinstance(value, DuplicateAnswer):
+        return {"$": "dup", "values": [_to_wire(v, depth + 1) for v in value.values],
+                "lines": value.lines}
+    try:
+        shown = reprlib.repr(value)
+    except Exception:  # noqa: BLE001 - a value that cannot show itself
+        shown = f"a {type(value).__name__}"
+    return {"$": "opaque", "type": type(value).__name__, "shown": shown[:60]}
+
+
+def _from_wire(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_wire(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if value["$"] == "map":
+        mapping = {}
+        for key, item in value["items"]:
+            key = _from_wire(key)
+            mapping[key if isinstance(key, Hashable) else repr(key)] = _from_wire(item)
+        return mapping
+    if value["$"] == "dup":
+        return DuplicateAnswer([_from_wire(v) for v in value["values"]], value["lines"])
+    return Opaque(value["type"], value["shown"])
+
+
+def _load_answers_here(path: Path) -> tuple[dict[Any, Any], list[str]]:
+    name = label(path.name)
     suffix = path.suffix.lower()
     if suffix not in (".yml", ".yaml", ".json"):
         return {}, [f"{name}: unsupported file type; use answers.yml or answers.json"]
@@ -163,7 +265,7 @@ def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:
 
     try:
         if suffix == ".json":
-            data = json.loads(text, object_pairs_hook=_json_pairs)
+            data = json.loads(text, object_pairs_hook=_json_pairs, parse_int=_json_int)
         else:
             data = yaml.load(text, Loader=_AnswersLoader)  # a SafeLoader subclass
     except json.JSONDecodeError as exc:
@@ -173,11 +275,13 @@ def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:
         return {}, [_yaml_error(name, exc)]
     except RecursionError:
         return {}, [f"{name} is nested too deeply to be an answers file"]
+    except ValueError as exc:  # whatever else a parser refuses, said briefly
+        return {}, [f"{name} could not be read: {label(str(exc), 200)}"]
 
     if data is None:  # empty (or only comments): nothing answered, not an error
         return {}, []
     if not isinstance(data, dict):
-        kind = {list: "a list", str: "a single text value"}.get(type(data), type(data).__name__)
+        kind = {list: "a list", str: "a single text value"}.get(type(data), _type_name(data))
         return {}, [f"{name}: the top level must be a mapping from question id to answer "
                     f"(e.g. dp_chunk_sizes: B), but it is {kind}"]
     return data, []
@@ -208,6 +312,10 @@ def _show(value: Any, limit: int = 40) -> str:
     else:
         text = reprlib.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _given(value: Any) -> list[str]:
@@ -246,7 +354,7 @@ def _range(question: Question) -> str:
 def _problem(question: Question, value: Any, schema: dict[str, Any]) -> str | None:
     """Why a normalised answer is invalid, or None when it is valid."""
     span = _range(question)
-    kind = "a list" if isinstance(value, list) else type(value).__name__
+    kind = "a list" if isinstance(value, list) else _type_name(value)
     # Shape first, so the schema only sees letters and lists of letters (cheap, precise).
     if question.multiple:
         if isinstance(value, str):
@@ -257,6 +365,9 @@ def _problem(question: Question, value: Any, schema: dict[str, Any]) -> str | No
         for i, item in enumerate(value, start=1):
             if not isinstance(item, str):
                 return f"item {i} of the list ({_show(item)}) is not a letter from {span}"
+        if len(value) > len(question.letters):  # before the schema: its checks grow with n
+            return (f"lists {len(value)} letters, but there are only {len(question.letters)} "
+                    f"options ({span})")
     else:
         if isinstance(value, list):
             shown = (v if isinstance(v, str) and len(v) < 4 else _show(v) for v in value[:26])
@@ -272,7 +383,7 @@ def _problem(question: Question, value: Any, schema: dict[str, Any]) -> str | No
     if error is None:
         return None
     if error.validator == "uniqueItems":
-        repeated = sorted({x for x in value if value.count(x) > 1})
+        repeated = sorted(x for x, n in Counter(value).items() if n > 1)
         return f"lists {', '.join(repeated)} more than once"
     if error.validator == "enum":
         bad = value if isinstance(value, str) else error.instance
@@ -286,7 +397,8 @@ def _grade_one(question: Question, raw: Any, schema: dict[str, Any]) -> Question
                               given, message, list(question.answer), question.explanation)
 
     if isinstance(raw, DuplicateAnswer):
-        where = ", ".join(f"line {n}" for n in raw.lines if n is not None)
+        numbers = [n for n in raw.lines if n is not None]
+        where = ", ".join(f"line {n}" for n in numbers[:5]) + (", ..." if numbers[5:] else "")
         return result(INVALID, 0.0, [], f"{question.title}: answered more than once"
                       f"{f' ({where})' if where else ''}; keep a single answer")
     value = normalise_answer(question, raw)
@@ -324,6 +436,14 @@ def _all_zero(bank: QuestionBank, status: str, message: str,
 
 def grade_answers(bank: QuestionBank, answers_path: Path | None) -> MultipleChoiceGrade:
     """Grade an answers file against the bank. Never raises on bad student input."""
+    try:
+        return _grade_answers(bank, answers_path)
+    except Exception as exc:  # noqa: BLE001 - a last line: the student still gets a message
+        return _all_zero(bank, INVALID, f"your answers file could not be graded "
+                                        f"({type(exc).__name__}); tell your instructor", [])
+
+
+def _grade_answers(bank: QuestionBank, answers_path: Path | None) -> MultipleChoiceGrade:
     if answers_path is None or not answers_path.is_file():
         return _all_zero(bank, UNANSWERED, NO_FILE_MESSAGE, [])
     answers, errors = load_answers(answers_path)
@@ -332,14 +452,17 @@ def grade_answers(bank: QuestionBank, answers_path: Path | None) -> MultipleChoi
 
     warnings = []
     if not answers:
-        warnings.append(f"{answers_path.name} holds no answers")
+        warnings.append(f"{label(answers_path.name)} holds no answers")
     unknown = [k for k in answers if not (isinstance(k, str) and k in bank.by_id)]
     if unknown:
         described = []
-        for key in unknown:
-            close = difflib.get_close_matches(str(key), list(bank.by_id), n=1)
-            described.append(f"{str(key)!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        warnings.append(f"{answers_path.name}: unknown question id(s) ignored: "
+        for key in unknown[:MAX_UNKNOWN_SHOWN]:
+            shown = label(str(key), 60)
+            close = difflib.get_close_matches(shown, list(bank.by_id), n=1)
+            described.append(f"{shown!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        if len(unknown) > MAX_UNKNOWN_SHOWN:
+            described.append(f"and {len(unknown) - MAX_UNKNOWN_SHOWN} more")
+        warnings.append(f"{label(answers_path.name)}: unknown question id(s) ignored: "
                         f"{', '.join(described)}")
 
     properties = answers_schema(bank)["properties"]

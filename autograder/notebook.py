@@ -8,8 +8,10 @@ as nbformat does (sorted keys, one-space indent, sources split into lines), so t
 no Jupyter package and the same sources always give the same file.
 
 `extract_module` does the reverse for a student's upload: the code of the solution cells and of
-the locked code cells, in notebook order. It only reads JSON: the notebook is never executed
-here (this runs in the trusted parent), and its code runs later in the sandbox like any module.
+the locked code cells, in notebook order. It only reads JSON, in a limited child process
+(`autograder.untrusted_parse`: a notebook may hold a huge number, or code whose compile() check
+exhausts memory): the notebook is never executed by the grader, and its code runs later in the
+sandbox like any module.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .inert import bounded, label
+from .untrusted_parse import ChildFailed, run_limited
+
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 INSTRUCTIONS_ID = "instructions"
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # outputs and images included; the code is a tiny part
@@ -28,6 +33,7 @@ MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # outputs and images included; the code i
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 _CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # nbformat 4.5 cell ids
 _STUB = "NotImplementedError"
+MAX_WARNINGS = 10  # notes on one notebook (magics commented out); then "... and N more"
 
 
 class NotebookError(ValueError):
@@ -159,13 +165,15 @@ def _comment_magics(code: str, where: str, warnings: list[str]) -> str:
         return code  # valid Python: a `%` or `!` line here is inside a string, leave it
     except SyntaxError:
         pass
-    except ValueError:  # null bytes: the module's compile error will say so
+    except (ValueError, MemoryError, RecursionError):
+        # Null bytes, or nesting too deep for the compiler: importing the module in the
+        # sandbox gives the student the same error, with its place.
         return code
     lines = code.splitlines()
     first = lines[0].strip() if lines else ""
     if first.startswith("%%") and first[2:].split(" ")[0] not in _PYTHON_CELL_MAGICS:
-        warnings.append(f"{where}: the cell magic `{first}` makes the whole cell non-Python; "
-                        "it was commented out")
+        warnings.append(f"{where}: the cell magic `{label(first, 60)}` makes the whole cell "
+                        "non-Python; it was commented out")
         return "\n".join(f"# {line}" if line else "#" for line in lines)
     out = []
     for line in lines:
@@ -173,7 +181,7 @@ def _comment_magics(code: str, where: str, warnings: list[str]) -> str:
         if text.startswith(("%", "!")):
             indent = line[: len(line) - len(text)]
             out.append(f"{indent}pass  # {text}" if indent else f"# {text}")
-            warnings.append(f"{where}: `{text[:60]}` is an IPython magic or shell command, "
+            warnings.append(f"{where}: `{label(text, 60)}` is an IPython magic or shell command, "
                             "not Python; it was commented out")
         else:
             out.append(line)
@@ -191,8 +199,36 @@ def extract_module(notebook: Path, module: str) -> Extracted:
 
     Locked cells that are nbgrader grade cells (tests) and cells the student added (neither
     solution nor locked: experiments) are left out, so importing the module runs neither.
+    Read in a limited child process; every problem is a NotebookError for the student.
     """
-    name = notebook.name
+    try:
+        reply = run_limited(_extract_to_wire, str(notebook), module)
+    except ChildFailed as exc:
+        why = {"memory": "reading it needed more memory than the grader allows",
+               "depth": "it is nested too deeply",
+               "time": "reading it took longer than the grader allows"}.get(
+                   exc.reason, f"it could not be read ({exc})")
+        raise NotebookError(f"{label(notebook.name)} could not be converted: {why}; submit "
+                            f"{module}.py instead") from None
+    if "problem" in reply:
+        raise NotebookError(reply["problem"])
+    return Extracted(reply["source"], reply["warnings"])
+
+
+def _extract_to_wire(notebook: str, module: str) -> dict:
+    """In the child: the extracted module as JSON, or the problem for the student."""
+    try:
+        extracted = _extract_here(Path(notebook), module)
+    except NotebookError as exc:
+        return {"problem": str(exc)}
+    except OSError as exc:
+        return {"problem": f"{label(Path(notebook).name)} could not be read: "
+                           f"{exc.strerror or type(exc).__name__}"}
+    return {"source": extracted.source, "warnings": extracted.warnings}
+
+
+def _extract_here(notebook: Path, module: str) -> Extracted:
+    name = label(notebook.name)
     if notebook.stat().st_size > MAX_NOTEBOOK_BYTES:
         raise NotebookError(f"{name} is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB; clear its "
                             f"outputs (Kernel > Restart & Clear Output) or submit {module}.py")
@@ -207,6 +243,10 @@ def extract_module(notebook: Path, module: str) -> Extracted:
         raise NotebookError(f"{name} is not a valid notebook: it is not valid JSON ({exc.msg} at "
                             f"line {exc.lineno}, column {exc.colno}); download it again from "
                             f"Jupyter (File > Download) or submit {module}.py") from None
+    except ValueError:  # int() refuses numbers over 4,300 digits
+        raise NotebookError(f"{name} is not a valid notebook: its JSON holds a number too long "
+                            f"to read; download it again from Jupyter (File > Download) or "
+                            f"submit {module}.py") from None
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list) or data.get("nbformat") != 4:
         raise NotebookError(f"{name} is not a Jupyter notebook in format 4 (no list of cells); "
@@ -223,9 +263,9 @@ def extract_module(notebook: Path, module: str) -> Extracted:
         if not (solution or (meta.get("locked") is True and meta.get("grade") is not True)):
             continue
         solutions += solution
-        label = str(meta.get("grade_id") or f"cell {number}")
-        where = f"{name}, cell {number} ({label})" if label != f"cell {number}" \
-            else f"{name}, cell {number}"
+        grade_id = meta.get("grade_id")
+        # The label is the student's to write: one short inert line (it also heads a comment).
+        where = f"{name}, cell {number}" + (f" ({label(str(grade_id), 60)})" if grade_id else "")
         code = _comment_magics(_source(cell).strip("\n"), where, warnings)
         parts.append(f"# --- {where}\n{code}\n")
     if not solutions:
@@ -235,4 +275,4 @@ def extract_module(notebook: Path, module: str) -> Extracted:
             f"metadata (do not copy it into new cells), or submit {module}.py instead")
     header = (f"# {module}.py, extracted by the autograder from {name}: its solution cells and "
               "locked code cells, in notebook order.\n")
-    return Extracted(header + "\n\n".join(parts), warnings)
+    return Extracted(header + "\n\n".join(parts), bounded(warnings, MAX_WARNINGS))

@@ -9,13 +9,20 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import jinja2
 
+from .inert import clip
 from .results import Report, TestResult
 from .schemas import validate
+
+# Each written file (results.json, report.json, report.md, report.html), whatever the
+# submission printed or provoked: past it, printed output and then messages are cut to fit.
+MAX_FILE_BYTES = 384 << 10
+# (characters of printed output per test, characters per message), tried in order until fit.
+_SHRINK_STEPS = ((32 << 10, 4000), (8 << 10, 2000), (2 << 10, 1000), (512, 400), (0, 200))
 
 PART_TITLES = {"multiple_choice": "Multiple choice", "coding": "Coding"}
 _ENV = jinja2.Environment(
@@ -102,22 +109,48 @@ def _part_views(report: Report) -> list[_PartView]:
     return views
 
 
-def write_outputs(report: Report, out: Path) -> None:
-    """Write the four files; JSON is validated first, and each file is replaced atomically."""
+def write_outputs(report: Report, out: Path) -> Report:
+    """Write the four files; JSON is validated first, and each file is replaced atomically.
+
+    Returns the report as written: the same, or with printed output and messages cut so that
+    no file exceeds MAX_FILE_BYTES (callers keep that one, e.g. for the gradebook).
+    """
     out.mkdir(parents=True, exist_ok=True)
+    written, files = report, _render(report)
+    for output_limit, message_limit in _SHRINK_STEPS:
+        if max(len(text.encode("utf-8")) for text in files.values()) <= MAX_FILE_BYTES:
+            break
+        written = _shrunk(report, output_limit, message_limit)
+        files = _render(written)
+    for name, text in files.items():
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out / name)
+    return written
+
+
+def _render(report: Report) -> dict[str, str]:
     results, data = gradescope_results(report), asdict(report)
     for test in data["tests"]:
         test["score"], test["max_score"] = round(test["score"], 4), round(test["max_score"], 4)
     validate(results, "gradescope_results.schema.json", "results.json")
     validate(data, "report.schema.json", "report.json")
     context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES}
-    files = {
+    return {
         "results.json": json.dumps(results, indent=2),
         "report.json": json.dumps(data, indent=2),
         "report.md": _ENV.get_template("report.md.j2").render(context),
         "report.html": _ENV.get_template("report.html.j2").render(context),
     }
-    for name, text in files.items():
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out / name)
+
+
+def _shrunk(report: Report, output_limit: int, message_limit: int) -> Report:
+    def fit(t: TestResult) -> TestResult:
+        output = t.output
+        if len(output) > output_limit:
+            output = output[:output_limit] + "\n[output cut to keep the report small]"
+        return replace(t, output=output, message=clip(t.message, message_limit),
+                       feedback=[clip(line, message_limit) for line in t.feedback])
+
+    return replace(report, tests=[fit(t) for t in report.tests],
+                   warnings=[clip(w, message_limit) for w in report.warnings])

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from . import inert as _inert
 from .batch_records import LateStatus
 from .config import AssignmentConfig
 
 PARTS = ("multiple_choice", "coding")
 MAX_MESSAGE = 4000  # characters of one message, whatever produced it (a forged reply, say)
+MAX_FEEDBACK_LINES = 30
 
 
 def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[:limit] + " [cut]"
+    return _inert.clip(text, limit)
 
 
 @dataclass
@@ -72,7 +74,9 @@ class CodingOutcome:
 def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
                    warnings: list[str]) -> list[TestResult]:
     """Score hidden-test outcomes, applying the GPU policy to tests that could not run."""
-    unavailable = [o for o in outcomes if o.gpu and o.status in ("gpu_unavailable", "skipped")]
+    # Only the trusted runner says a GPU is missing (gpu_unavailable); a test that skipped
+    # itself, whatever the sandbox reported, is no reason to rescale anything.
+    unavailable = [o for o in outcomes if o.gpu and o.status == "gpu_unavailable"]
     scale = 1.0
     if unavailable and config.gpu_policy == "reweight":
         left_out = sum(o.points for o in unavailable)
@@ -115,16 +119,28 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
 
 def build_report(assignment: AssignmentConfig, submission: str, tests: list[TestResult],
                  warnings: list[str], environment: dict, execution_time: float) -> Report:
+    # The boundary where submission-derived text enters the record: made inert and bounded here,
+    # so every writer (files, terminal, gradebook) gets the same safe text.
+    tests = [_inert_test(t) for t in tests]
+    warnings = _inert.bounded(warnings)
     parts = []
     for part in PARTS:
         declared = getattr(assignment, part).points
         score = sum(t.score for t in tests if t.part == part)
         parts.append(PartScore(part, round(score, 4), declared))
     return Report(
-        assignment=assignment.name, title=assignment.title, submission=submission,
+        assignment=assignment.name, title=assignment.title,
+        submission=_inert.label(submission, 200),
         score=round(sum(p.score for p in parts), 4),
         max_score=round(sum(p.max_score for p in parts), 4), parts=parts, tests=tests,
         warnings=warnings, environment=environment, execution_time=round(execution_time, 3))
+
+
+def _inert_test(t: TestResult) -> TestResult:
+    return replace(
+        t, name=_inert.label(t.name, 300), item=_inert.label(t.item, 200),
+        message=clip(_inert.inert(t.message)), output=_inert.inert(t.output),
+        feedback=_inert.bounded(t.feedback, MAX_FEEDBACK_LINES, MAX_MESSAGE))
 
 
 def apply_late(report: Report, late: LateStatus | None) -> Report:

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .inert import label
+
 ANSWERS_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 # Browser and OS renames of a re-downloaded or copied file: "x (1).py", "x-2.py", "Copy of x.py".
 _RENAMED = r"(?:copy of )?{stem}(?:[ _-]?\(\d+\)|[ _-]\d+|[ _-]copy)?"
@@ -25,19 +27,33 @@ class SubmissionFiles:
 
 
 def locate(submission: Path, module_name: str) -> SubmissionFiles:
-    """Find MODULE.py and the answers file in `submission` (or in its single nested folder)."""
+    """Find MODULE.py and the answers file in `submission` (or in its single nested folder).
+
+    Never raises: a folder that cannot be read gives a `module_problem` saying why.
+    """
+    try:
+        return _locate(submission, module_name)
+    except (OSError, ValueError) as exc:  # unreadable folder, a name the OS refuses
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        return SubmissionFiles(submission, None, f"your submission's files could not be read "
+                               f"({why})", None, [])
+
+
+def _locate(submission: Path, module_name: str) -> SubmissionFiles:
     if not submission.is_dir():
-        return SubmissionFiles(submission, None, f"the submission {submission} is not a folder",
-                               None, [])
+        return SubmissionFiles(submission, None,
+                               f"the submission {label(submission.name)} is not a folder", None,
+                               [])
     root, warnings = _descend(submission, module_name)
     module, module_problem = _find(root, f"{module_name}.py", (".py",), warnings)
     notebook = None
     if module is None and module_problem is None:
         notebook, module_problem = _find(root, f"{module_name}.ipynb", (".ipynb",), warnings)
     if module is None and module_problem is None and notebook is None:
-        others = sorted(p.name for p in root.glob("*.py"))
+        others = sorted(label(p.name) for p in root.glob("*.py"))
+        shown = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if others[10:] else "")
         module_problem = (f"no {module_name}.py found in your submission"
-                          + (f" (found: {', '.join(others)}); name your file {module_name}.py"
+                          + (f" (found: {shown}); name your file {module_name}.py"
                              if others else ""))
     answers = None
     for name in ANSWERS_NAMES:
@@ -54,7 +70,8 @@ def _descend(root: Path, module_name: str) -> tuple[Path, list[str]]:
     if not any(p.name in expected for p in entries):
         folders = [p for p in entries if p.is_dir() and not p.is_symlink()]
         if len(folders) == 1 and len(entries) == 1:
-            return folders[0], [f"your files were found inside the folder '{folders[0].name}'"]
+            return folders[0], [f"your files were found inside the folder "
+                                f"'{label(folders[0].name)}'"]
     return root, []
 
 
@@ -73,7 +90,8 @@ def _find(root: Path, name: str, suffixes: tuple[str, ...],
     if not candidates:
         return None, None
     chosen = candidates[0]
-    others = f" (also found: {', '.join(p.name for p in candidates[1:])})" \
+    others = f" (also found: {', '.join(label(p.name) for p in candidates[1:6])})" \
         if len(candidates) > 1 else ""
-    warnings.append(f"'{chosen.name}' was graded as {name}{others}; name it {name} next time")
+    warnings.append(f"'{label(chosen.name)}' was graded as {name}{others}; name it {name} "
+                    "next time")
     return chosen, None

@@ -1,0 +1,77 @@
+"""Make text from submissions inert, and keep lists of it bounded: the one source for both.
+
+Anything a student controls (file and folder names, notebook labels, answers, messages and output
+of their code) may carry terminal escapes (clear screen, cursor moves, window titles, concealed
+text), carriage returns that overwrite a printed line, or bidirectional overrides that reorder
+what a reader sees. `inert` escapes all of them into visible text (`\\x1b`, `\\r`, `\\u202e`),
+so the same string is safe in a terminal, results.json, Markdown and HTML, and still says what
+was there. It is applied where submission-derived text enters a `Report` (results.build_report)
+and again at every print to a terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_WARNINGS = 40  # notes in one report; then one "... and N more" line
+MAX_WARNING_CHARS = 600  # one note
+MAX_LABEL_CHARS = 80  # a file name, a notebook label, quoted inside a message
+
+# C0 controls but \t and \n, DEL, C1 controls; bidi embeddings, overrides and isolates, the
+# marks that steer them; line/paragraph separators (a new line to some readers, not to others);
+# lone surrogates (undecodable file names), which no UTF-8 writer accepts.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE_LINE = re.compile(_UNSAFE.pattern[:-1] + "\n\t]")
+_MORE = re.compile(r"\.\.\. and (\d+) more\Z")
+_NAMED = {"\r": "\\r", "\n": "\\n", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def inert(text: str, single_line: bool = False) -> str:
+    """`text` with every control character and bidi control written out as a visible escape.
+
+    New lines and tabs stay unless `single_line` (names and labels, which must not start a
+    line a reader would take for the grader's own). Idempotent: an escape is plain text.
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    return (_UNSAFE_LINE if single_line else _UNSAFE).sub(_escape, text)
+
+
+def label(text: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """A student-chosen name (file, folder, cell label) fit to quote: one line, inert, short."""
+    text = inert(text, single_line=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def clip(text: str, limit: int) -> str:
+    """At most about `limit` characters of `text`, saying so when cut."""
+    return text if len(text) <= limit else text[:limit] + " [cut]"
+
+
+def bounded(lines: Iterable[str], count: int = MAX_WARNINGS,
+            length: int = MAX_WARNING_CHARS) -> list[str]:
+    """The first `count` lines, each inert and clipped to `length`, then one line saying how
+    many more there were. Consumes `lines` lazily, so a generator of millions costs little."""
+    kept: list[str] = []
+    more = 0
+    for line in lines:
+        earlier = _MORE.match(line)
+        if earlier:  # bounded once already: add up, so applying it twice changes nothing
+            more += int(earlier.group(1))
+        elif len(kept) < count:
+            kept.append(clip(inert(line), length))
+        else:
+            more += 1
+    if more:
+        kept.append(f"... and {more} more")
+    return kept
