@@ -20,10 +20,11 @@ from pathlib import Path
 
 from .assignment import Assignment
 from .cgroups import remove_left_by
+from .isolation import UID_RANGE
 from .pytest_plugin import Job
 from .results import CodingOutcome
 from .runner_server import ForkedChild, RunnerServer
-from .sandbox import prepare_sandbox_dir
+from .sandbox import kill_if_same, prepare_sandbox_dir, process_start_time
 from .submission import SubmissionFiles
 
 MAX_RUNNER_STARTS = 4
@@ -71,7 +72,8 @@ class _Supervisor:
         self.specs: list[dict] | None = None
         self.results: dict[str, dict] = {}
         self.warnings: list[str] = []
-        self.sandbox_pids: set[int] = set()
+        self.sandbox_pids: dict[int, str | None] = {}  # host pid -> its start time
+        self.sandbox_uids: set[int] = set()
         self.environment: dict = {}
 
     def run(self) -> tuple[list[CodingOutcome], list[str], dict]:
@@ -87,8 +89,21 @@ class _Supervisor:
 
     def _kill_sandboxes(self) -> None:
         # Each sandbox leads its own process group; a dead runner cannot clean up after itself.
-        for pid in self.sandbox_pids:
+        # Each is also killed by its pid (a zygote is PID 1 of its namespace: all goes with it)
+        # when it is still the process recorded, since it may have left its group (setsid).
+        for pid, started in self.sandbox_pids.items():
             _kill_group(pid)
+            kill_if_same(pid, started)
+        # Without a PID namespace or a cgroup, a sandbox's descendant may have left every group:
+        # as root, each sandbox uid's processes are killed (uids are per submission).
+        for uid in self.sandbox_uids:
+            kill_uid(uid)
+
+    def _record_sandbox(self, pid: int) -> None:
+        self.sandbox_pids[pid] = process_start_time(pid)
+        uid = _uid_of(pid)
+        if uid is not None and UID_RANGE[0] <= uid <= UID_RANGE[1] and os.geteuid() == 0:
+            self.sandbox_uids.add(uid)
 
     def _outcome(self, spec: dict) -> CodingOutcome:
         result = self.results.get(spec["nodeid"]) or {
@@ -104,10 +119,14 @@ class _Supervisor:
         """One runner process; True when it finished the suite."""
         job = Job(**{**asdict(self.job), "skip": sorted(self.results)})
         read_fd, write_fd = os.pipe()
-        with open(Path(job.output_dir) / "runner.log", "ab") as log:
+        _make_private(Path(job.output_dir))
+        # pytest's output: tracebacks quote hidden tests, so for the grader's user alone.
+        log_fd = os.open(Path(job.output_dir) / "runner.log",
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(log_fd, "ab") as log:
             runner = _start_runner(job, write_fd, log)
         os.close(write_fd)
-        current, finished, buffer = None, False, b""
+        current, finished, buffer = None, False, bytearray()
         try:
             while not finished:
                 left = self.deadline - time.monotonic()
@@ -123,8 +142,14 @@ class _Supervisor:
                 chunk = os.read(read_fd, 1 << 16)
                 if not chunk:
                     break
+                # Linear in the stream's size: only the new chunk is searched for line ends.
+                start = len(buffer)
                 buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
+                if chunk.find(b"\n") < 0:
+                    continue
+                end = buffer.rfind(b"\n", start)
+                lines = bytes(buffer[:end]).split(b"\n")
+                del buffer[:end + 1]
                 for line in lines:
                     event = json.loads(line)
                     kind = event["event"]
@@ -137,7 +162,7 @@ class _Supervisor:
                     elif kind == "start":
                         current = event["nodeid"]
                     elif kind == "sandbox":
-                        self.sandbox_pids.add(int(event["pid"]))
+                        self._record_sandbox(int(event["pid"]))
                     elif kind == "result":
                         self.results[event["nodeid"]] = event
                         current = None
@@ -175,6 +200,50 @@ def _start_runner(job: Job, write_fd: int, log) -> subprocess.Popen | ForkedChil
     runner.stdin.write(payload.encode())
     runner.stdin.close()
     return runner
+
+
+def _make_private(workdir: Path) -> None:
+    """The grader's own files in its folder (the upload, a converted notebook, logs) readable
+    by the grader's user alone: the folder itself stays passable (0711) so that sandbox users
+    reach their own folders, but in `uid` mode they could otherwise read what lies next to them.
+    Sandbox folders are left as they are (they belong to their sandbox users)."""
+    for entry in workdir.iterdir():
+        if entry.name.startswith(("sandbox-", "mnt-")) or entry.is_symlink():
+            continue
+        try:
+            entry.chmod(0o700 if entry.is_dir() else 0o600)
+        except OSError:
+            pass
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid` (root only): a child that takes that uid and calls
+    kill(-1), which the kernel delivers to all of the uid's processes at once (a process
+    killed mid-fork leaves no child behind)."""
+    if os.geteuid() != 0:
+        return
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            except BaseException:  # noqa: BLE001, S110 - nothing to kill is fine
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
 
 
 def _ended(code: int) -> str:

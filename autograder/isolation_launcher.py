@@ -30,7 +30,67 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 38, 24
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, LINUX_CAPABILITY_VERSION_3 = 47, 4, 0x20080522
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
 libc = ctypes.CDLL(None, use_errno=True)
+
+# Calls no Python or torch program needs, refused (EPERM) in every sandbox process: reaching
+# into another process (ptrace, process_vm_*, pidfd_getfd, kcmp: a worker ptrace-ing its
+# zygote could detach it from the grader and outlive grading), changing the mount or
+# namespace view, kernel keyrings, modules, BPF, perf and userfaultfd (kernel attack surface).
+# Numbers per architecture (asm/unistd_64.h for x86_64, asm-generic/unistd.h for aarch64).
+SECCOMP_DENIED = {
+    # ptrace process_vm_readv/writev pidfd_getfd kcmp mount umount2 pivot_root unshare setns
+    # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr kexec_load
+    # kexec_file_load init_module finit_module delete_module bpf perf_event_open userfaultfd
+    # keyctl add_key request_key open_by_handle_at reboot swapon swapoff acct quotactl
+    "x86_64": (0xC000003E, (101, 310, 311, 438, 312, 165, 166, 155, 272, 308, 428, 429, 430,
+                            431, 432, 433, 442, 246, 320, 175, 313, 176, 321, 298, 323, 250,
+                            248, 249, 304, 169, 167, 168, 163, 179)),
+    "aarch64": (0xC00000B7, (117, 270, 271, 438, 272, 40, 39, 41, 97, 268, 428, 429, 430, 431,
+                             432, 433, 442, 104, 294, 105, 273, 106, 280, 241, 282, 219, 217,
+                             218, 265, 142, 224, 225, 89, 60)),
+}
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF filter: (code, jt, jf, k) per instruction.
+
+    A call made under another architecture's numbering (an x86_64 process may use the i386
+    `int 0x80` table, or the x32 numbers) is refused outright: its numbers would not match."""
+    arch, denied = SECCOMP_DENIED[machine]
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    allow, refuse = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, _ERRNO
+    checks = [(jge, 0x40000000)] if machine == "x86_64" else []  # __X32_SYSCALL_BIT
+    checks += [(jeq, nr) for nr in denied]
+    program = [(ld_abs, 0, 0, 4)]  # seccomp_data.arch
+    program.append((jeq, 0, len(checks) + 2, arch))  # another arch: jump to the refusal
+    program.append((ld_abs, 0, 0, 0))  # seccomp_data.nr
+    for i, (code, k) in enumerate(checks):
+        program.append((code, len(checks) - i, 0, k))  # match: jump past the allow
+    program += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
+    return program
+
+
+def install_seccomp() -> bool:
+    """Load the filter into this process (inherited by forks and execs); needs no_new_privs.
+    False on an architecture it has no numbers for."""
+    machine = os.uname().machine
+    if machine not in SECCOMP_DENIED:
+        return False
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    program = seccomp_program(machine)
+    filters = (SockFilter * len(program))(*(SockFilter(*i) for i in program))
+    fprog = SockFprog(len(program), filters)
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    return True
 
 
 def check(result: int, what: str) -> None:
@@ -115,6 +175,7 @@ def drop(spec: dict) -> None:
     check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    install_seccomp()  # last: building the view above needed mount and unshare
     import resource
 
     for name, value in spec["rlimits"].items():

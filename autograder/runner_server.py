@@ -177,9 +177,8 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(spec["env"])
         isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
-        # Changing uid cleared the dumpable flag (exec would have set it again): without it the
-        # sandbox's own /proc/self files belong to root, unlike in a cold sandbox.
-        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+        # Not dumpable (changing uid cleared the flag; the zygote clears it anyway, as in a cold
+        # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot
         sys.argv[:] = ["sandbox"]
         worker.main(["zygote", str(control_fd)])

@@ -32,11 +32,12 @@ from typing import Any
 
 from .cgroups import Cgroup
 from .isolation import Isolation, detect, launch_spec, prepare_folder, sandbox_ids, wrap
+from .isolation_launcher import install_seccomp
 from .sandbox_runtime import codec, wire
 
 RUNTIME_PACKAGE = "agsandbox"
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 # Called with the pid of every sandbox process started, so its group can be killed later even
 # if the process that started it dies first.
 on_process_start: Callable[[int], None] | None = None
@@ -169,12 +170,16 @@ def enter_limits(values: dict[str, int], cgroup_procs: list[str]) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long writes fail, not kill
 
 
-def _limit(limits: SandboxLimits, cgroup: Cgroup | None) -> Callable[[], None]:
+def _limit(limits: SandboxLimits, cgroup: Cgroup | None,
+           isolation_none: bool = False) -> Callable[[], None]:
     values, procs = rlimits(limits), cgroup.procs_files if cgroup else []
 
     def apply() -> None:
         enter_limits(values, procs)
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner that started it
+        if isolation_none:  # else the isolation launcher does it, after building the view
+            _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            install_seccomp()
     return apply
 
 
@@ -211,7 +216,7 @@ def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path
         popen = subprocess.Popen(
             command, cwd=sandbox_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=out, stderr=out, pass_fds=pass_fds, start_new_session=True,
-            preexec_fn=_limit(limits, cgroup))
+            preexec_fn=_limit(limits, cgroup, isolation.mode == "none"))
     if on_process_start is not None:
         on_process_start(popen.pid)
     return popen
@@ -239,6 +244,7 @@ class Zygote:
         self._changed = threading.Condition()
         self._ns_pids: dict[int, int] = {}
         self.isolated = isolation.mode != "none"
+        self._pid1: tuple[int, str | None] | None = None  # namespaced zygote: (host pid, start)
         self.alive = True
         threading.Thread(target=self._listen, daemon=True).start()
 
@@ -304,8 +310,17 @@ class Zygote:
     def _zygote_pid(self) -> int:
         # Behind the isolation launcher, the zygote is the launcher's only child.
         if self.isolated:
+            if self._pid1 is not None:
+                return self._pid1[0]
             children = _children_of(self.popen.pid)
-            return children[0] if children else -1
+            if not children:
+                return -1
+            # Recorded by its host pid, to be killed by it: killing the launcher's group misses
+            # a zygote that left the group, and with it goes everything in its PID namespace.
+            self._pid1 = (children[0], process_start_time(children[0]))
+            if on_process_start is not None:
+                on_process_start(children[0])
+            return children[0]
         return self.popen.pid
 
     def wait_status(self, pid: int, timeout: float) -> int | None:
@@ -318,6 +333,8 @@ class Zygote:
     def close(self) -> None:
         self.alive = False
         _kill_group(self.popen.pid)
+        if self._pid1 is not None:
+            kill_if_same(*self._pid1)
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -344,6 +361,26 @@ def _namespace_pid(pid: int) -> int | None:
     except (OSError, ValueError):
         return None
     return pid
+
+
+def process_start_time(pid: int) -> str | None:
+    """When a process started (clock ticks since boot), to tell it from a later one that got
+    the same pid; None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def kill_if_same(pid: int, started: str | None) -> None:
+    """SIGKILL `pid` if it is still the process that started at `started`."""
+    if started is not None and process_start_time(pid) == started:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _kill_group(pid: int) -> None:

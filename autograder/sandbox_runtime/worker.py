@@ -32,9 +32,15 @@ def zygote(control_fd: int) -> None:
     Requests arrive on a SOCK_SEQPACKET socket with three descriptors (request pipe, reply pipe,
     output file); each child's pid is sent back when forked and its wait status when it ends.
     """
+    import ctypes
     import select
     import signal
     import socket
+
+    # Not dumpable, before anything else runs here: no worker (same uid) may ptrace its zygote,
+    # nor read /proc/1/fd or /proc/1/mem. A worker that could would detach the zygote from the
+    # grader (setsid, no parent-death signal) and outlive grading. Workers inherit the flag.
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
 
     import torch
 
