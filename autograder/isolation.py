@@ -65,7 +65,16 @@ def _binds(sandbox_dir: Path) -> list[tuple[str, bool]]:
     paths = sysconfig.get_paths()
     readonly = [*_SYSTEM_DIRS, sys.base_prefix, sys.prefix, paths["purelib"], paths["platlib"],
                 str(Path(sys.executable).resolve().parent), "/sys"]
-    return [(p, False) for p in dict.fromkeys(readonly)] + [("/dev", True)]
+    return [(p, False) for p in dict.fromkeys(readonly)]
+
+
+# The devices a sandbox's /dev holds: what Python and torch open, and on a GPU grader the
+# NVIDIA ones (control, per-GPU, UVM, capabilities), which CUDA needs.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+def devices() -> list[str]:
+    return [*DEVICES, *sorted(str(p) for p in Path("/dev").glob("nvidia*"))]
 
 
 def wrap(argv: list[str], sandbox_dir: Path, env: dict[str, str], isolation: Isolation,
@@ -84,7 +93,7 @@ def launch_spec(sandbox_dir: Path, env: dict[str, str], isolation: Isolation,
     """What the isolation launcher needs to build one sandbox (JSON-able)."""
     return {
         "mode": isolation.mode, "root": str(root_mount), "cwd": str(sandbox_dir),
-        "binds": _binds(sandbox_dir),
+        "binds": _binds(sandbox_dir), "devices": devices(),
         "env": env, "user_namespace": isolation.user_namespace,
         "uid": ids[0] if isolation.drop_uid and ids else None,
         "gid": ids[1] if isolation.drop_uid and ids else None,

@@ -7,8 +7,9 @@ must not depend on the grader's package being importable.
 Steps: unshare mount, network, PID, IPC and UTS namespaces (and a user namespace when not root);
 fork so the child is PID 1 of the new PID namespace (when it ends, the kernel kills every process
 left in it); mount a tmpfs as the new root holding read-only binds of the system and Python folders
-and a size-limited tmpfs copy of the sandbox folder; mount a fresh /proc; bring up loopback; chroot;
-drop to the sandbox uid; forbid new privileges; exec.
+(recursively read-only), a size-limited tmpfs copy of the sandbox folder and a private /dev with
+only the devices it needs; mount a fresh /proc; bring up loopback; chroot; drop to the sandbox
+uid and every capability; forbid new privileges; refuse ptrace and the like (seccomp); exec.
 """
 
 import ctypes
@@ -130,22 +131,75 @@ def build_root(spec: dict) -> str:
             for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
                 os.chown(name, spec["uid"], spec["gid"], follow_symlinks=False)
     for path, writable in spec["binds"]:
-        if not os.path.exists(path):
-            continue
-        target = root + path
-        if os.path.isdir(path):
-            os.makedirs(target, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            open(target, "a").close()
-        mount(path, target, None, MS_BIND | MS_REC)
-        if not writable:
-            mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
-    if os.path.isdir(f"{root}/dev/shm"):  # not shared with the host or other sandboxes
-        mount("tmpfs", f"{root}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+        if os.path.exists(path):
+            bind(path, root + path, writable)
+    if os.path.isdir(f"{root}/sys/fs/cgroup"):  # other sandboxes' cgroups: none of its business
+        mount("tmpfs", f"{root}/sys/fs/cgroup", "tmpfs",
+              MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=555,size=4k")
+    # A private /dev: only the devices Python and torch use (and a GPU grader's), never the
+    # host's whole /dev with its pts, disks and writable submounts.
+    os.makedirs(f"{root}/dev", exist_ok=True)
+    for device in spec.get("devices", ()):
+        if os.path.exists(device):
+            bind(device, root + device, True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(f"{root}/dev/shm")  # not shared with the host or other sandboxes
+    mount("tmpfs", f"{root}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
     os.makedirs(f"{root}/proc", exist_ok=True)
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    try:  # kernel settings, read-only at the mount level too (best effort in a user namespace)
+        bind(f"{root}/proc/sys", f"{root}/proc/sys", False)
+    except OSError:
+        pass
     return root
+
+
+def bind(path: str, target: str, writable: bool) -> None:
+    """Bind `path` (with every mount below it) at `target`, read-only unless `writable`."""
+    if os.path.isdir(path):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            open(target, "a").close()
+    mount(path, target, None, MS_BIND | MS_REC)
+    if not writable:
+        readonly_tree(target)
+
+
+MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
+                "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
+
+
+def readonly_tree(target: str) -> None:
+    """Make the mount at `target` and every mount below it read-only.
+
+    A bind remount with MS_REC changes the top mount only (the kernel ignores MS_REC there):
+    submounts such as /sys/fs/cgroup or /dev/pts would stay writable. mount_setattr with
+    AT_RECURSIVE (Linux 5.12+) does the whole tree at once; older kernels get one remount per
+    mount, each keeping its own flags (in a user namespace they are locked and must be kept)."""
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if libc.syscall(ctypes.c_long(MOUNT_SETATTR), ctypes.c_int(AT_FDCWD),
+                    ctypes.c_char_p(target.encode()), ctypes.c_uint(AT_RECURSIVE),
+                    ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0:
+        return
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:  # parents come before their submounts in mountinfo
+        point = fields[4].replace("\\040", " ")
+        if point != target and not point.startswith(target.rstrip("/") + "/"):
+            continue
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        for option in fields[5].split(","):
+            flags |= _MOUNT_FLAGS.get(option, 0)
+        mount("none", point, None, flags)
 
 
 def drop_and_exec(spec: dict, argv: list[str]) -> None:

@@ -41,7 +41,7 @@ ESCAPES = textwrap.dedent('''
 
 
 def run_isolated(tmp_path: Path, isolation: Isolation,
-                 ids: tuple[int, int] | None = None) -> dict:
+                 ids: tuple[int, int] | None = None, script: str = ESCAPES) -> dict:
     folder = tmp_path / "sandbox"
     folder.mkdir()
     (folder / "tmp").mkdir()
@@ -49,7 +49,7 @@ def run_isolated(tmp_path: Path, isolation: Isolation,
     mount.mkdir()
     tmp_path.chmod(0o711)
     prepare_folder(folder, isolation, ids)
-    command = wrap([sys.executable, "-I", "-S", "-c", ESCAPES], folder, sandbox_env(folder),
+    command = wrap([sys.executable, "-I", "-S", "-c", script], folder, sandbox_env(folder),
                    isolation, ids, mount, 64)
     result = subprocess.run(command, cwd=folder, env=sandbox_env(folder), capture_output=True,
                             text=True, timeout=60)
@@ -72,3 +72,72 @@ def test_an_unprivileged_sandbox_user_has_none_either(tmp_path):
     seen = run_isolated(tmp_path, Isolation("namespaces", drop_uid=True), sandbox_ids())
     assert int(seen["cap_eff"], 16) == 0
     assert seen["chroot_escape"] == "PermissionError"
+
+
+VIEW = textwrap.dedent('''
+    import json, os
+    seen = {"dev": sorted(os.listdir("/dev")), "cgroup": sorted(os.listdir("/sys/fs/cgroup"))}
+    writable = []
+    for line in open("/proc/self/mountinfo"):
+        fields = line.split()
+        point, options = fields[4], fields[5].split(",")
+        if "rw" in options:
+            writable.append(point)
+    seen["writable"] = writable
+    for path in ("/dev/null", "/dev/urandom"):
+        with open(path, "r+b" if path == "/dev/null" else "rb") as f:
+            f.read(1)
+    print(json.dumps(seen))
+''')
+
+
+@pytest.mark.parametrize("isolation", ["user_namespace", "drop_uid"])
+def test_the_view_is_read_only_all_the_way_down_with_a_private_dev(tmp_path, isolation):
+    # Before: read-only remounts left submounts writable (/sys/fs/cgroup/*, /dev/pts, the host's
+    # whole /dev bound read-write, /proc/sys), and /dev held every host device.
+    if isolation == "drop_uid" and os.geteuid() != 0:
+        pytest.skip("needs root to drop to a sandbox uid")
+    chosen = (Isolation("namespaces", user_namespace=True) if isolation == "user_namespace"
+              else Isolation("namespaces", drop_uid=True))
+    seen = run_isolated(tmp_path, chosen, sandbox_ids() if isolation == "drop_uid" else None,
+                        VIEW)
+    devices = {"null", "zero", "full", "random", "urandom", "shm", "fd", "stdin", "stdout",
+               "stderr"}
+    assert set(seen["dev"]) - devices <= {p.name for p in Path("/dev").glob("nvidia*")}
+    assert seen["cgroup"] == []
+    # Writable mounts: only the sandbox's own tmpfs folders and its devices.
+    allowed = {"/", "/tmp", "/dev/shm", "/proc", str(tmp_path / "sandbox")}
+    allowed |= {f"/dev/{d}" for d in devices} | {str(p) for p in Path("/dev").glob("nvidia*")}
+    assert [p for p in seen["writable"] if p not in allowed] == []
+    assert "/proc/sys" not in seen["writable"]
+
+
+def test_seccomp_refuses_ptrace_and_mount_but_not_ordinary_calls():
+    script = textwrap.dedent('''
+        import ctypes, errno, os, subprocess
+        from autograder.isolation_launcher import PR_SET_NO_NEW_PRIVS, install_seccomp, libc
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        assert install_seccomp()
+        results = {}
+        for name, call in [("ptrace", lambda: libc.ptrace(16, os.getppid(), 0, 0)),
+                           ("unshare", lambda: libc.unshare(0x00020000)),
+                           ("mount", lambda: libc.mount(b"none", b"/", None, 32, None))]:
+            ctypes.set_errno(0)
+            results[name] = (call(), errno.errorcode.get(ctypes.get_errno()))
+        print(results)
+        print(subprocess.run(["/bin/echo", "exec works"], capture_output=True, text=True).stdout)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        print("fork works", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    ''')
+    import platform
+
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("the filter has numbers for x86_64 and aarch64")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert "{'ptrace': (-1, 'EPERM'), 'unshare': (-1, 'EPERM'), 'mount': (-1, 'EPERM')}" \
+        in result.stdout
+    assert "exec works" in result.stdout and "fork works 7" in result.stdout
