@@ -158,8 +158,23 @@ def _probe_name(fn: Callable) -> str:
 
 
 def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
-    """(status, message for the student) for an exception that ended a test."""
-    exc = excinfo.value
+    """(status, message for the student) for an exception that ended a test, clipped here in
+    the runner: a message may quote what student code returned (64 MiB of it, say)."""
+    status, message = _describe(excinfo.value)
+    return status, clip_message(message)
+
+
+MESSAGE_CHARS = 4000
+
+
+def clip_message(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """At most `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters not shown)"
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, SandboxFailure):
         return "failed", str(exc)
     if isinstance(exc, StudentError):
@@ -167,15 +182,30 @@ def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
         return "failed", f"{exc.function} raised {exc.type_name}: {exc.message}{where}"
     if isinstance(exc, AssertionError):
         # Only the test author's message: pytest's rewritten detail may show hidden inputs.
-        text = str(exc).split("\nassert ", 1)[0].strip()
+        text = _head(exc).split("\nassert ", 1)[0].strip()
         if not text or text.startswith("assert "):
             text = "a check of this behaviour failed"
         return "failed", text
     if isinstance(exc, pytest.fail.Exception):
-        return "failed", str(exc)
+        return "failed", _head(exc)
     if isinstance(exc, CodecError):
-        return "failed", f"the result could not be checked: {exc}"
-    return "grader_error", f"the grader could not run this check ({type(exc).__name__}: {exc})"
+        return "failed", f"the result could not be checked: {_head(exc)}"
+    if isinstance(exc, MemoryError):
+        # The runner's own memory limit (see runner.limit_memory): only what student code sent
+        # back can be that large, so it is the student's failure, not the grader's.
+        return "failed", "the result was too large to check (the grader ran out of memory " \
+                         "reading it)"
+    return "grader_error", f"the grader could not run this check ({type(exc).__name__}: " \
+                           f"{_head(exc)})"
+
+
+def _head(exc: BaseException) -> str:
+    # str() of an exception quoting a huge value is itself huge: keep a bounded part of it.
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a message that cannot be built
+        return f"<{type(exc).__name__}>"
+    return text[:4 * MESSAGE_CHARS]
 
 
 class GradingPlugin:

@@ -18,8 +18,40 @@ import pytest
 from .isolation import detect
 from .pytest_plugin import GradingPlugin, Job, write_line
 
+# What the runner may use beyond its size once pytest and torch are imported. A reply is at
+# most 96 MiB and decodes to a few times that at most (see codec.loads and codec._tensor), so
+# honest grading never comes near; a hostile reply that did would fail its test with
+# MemoryError ("the result was too large to check", see pytest_plugin.describe_failure)
+# instead of taking the machine's memory, or the runner, down with it.
+MEMORY_HEADROOM = 3 << 30
+
+
+def limit_memory(headroom: int = MEMORY_HEADROOM) -> int | None:
+    """Cap this runner's address space (RLIMIT_AS, soft only, so that sandboxes it starts may
+    set their own); the limit set, or None on a GPU grader, where CUDA maps far more address
+    space than any such limit (the sandboxes' cgroups hold memory there)."""
+    import resource
+
+    if Path("/dev/nvidiactl").exists():
+        return None
+    try:
+        status = Path("/proc/self/status").read_text()
+        size = int(status.split("VmSize:", 1)[1].split()[0]) * 1024
+    except (OSError, IndexError, ValueError):
+        return None
+    limit = size + headroom
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
+
 
 def run(job: Job, results_fd: int) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # little math here; each thread would take address space too
+    limit_memory()
     emit = write_line(results_fd)
     emit({"event": "environment", "environment": environment()})
     sys.path.insert(0, job.assignment_dir)  # hidden tests import the assignment's probes.py
