@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,42 @@ def test_seccomp_refuses_ptrace_and_mount_but_not_ordinary_calls():
     assert "{'ptrace': (-1, 'EPERM'), 'unshare': (-1, 'EPERM'), 'mount': (-1, 'EPERM')}" \
         in result.stdout
     assert "exec works" in result.stdout and "fork works 7" in result.stdout
+
+
+def test_kill_uid_kills_every_process_of_a_sandbox_uid_even_detached_ones():
+    from autograder.coding import kill_uid
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    uid = sandbox_ids()[0]
+    script = textwrap.dedent(f'''
+        import os, time
+        os.setgroups([]); os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid})
+        if os.fork() == 0:
+            os.setsid()  # leaves the session: no group kill reaches it
+            time.sleep(600)
+        print("started", flush=True)
+        time.sleep(600)
+    ''')
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "started"
+
+    def of_uid() -> list[int]:
+        found = []
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            if f"Uid:\t{uid}\t" in status and "State:\tZ" not in status:
+                found.append(int(entry))
+        return found
+
+    assert len(of_uid()) == 2
+    kill_uid(uid)
+    child.wait(timeout=10)
+    for _ in range(50):
+        if not of_uid():
+            break
+        time.sleep(0.1)
+    assert of_uid() == []

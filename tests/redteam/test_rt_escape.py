@@ -111,9 +111,31 @@ def scale(x):
     raise RuntimeError("ESCAPE{" + seen + "}ESCAPE")
 '''
 
+# Without namespaces (`uid` mode) and without a cgroup, a child that leaves its session is
+# reached only by its uid.
+SLEEPER = r'''
+@@GOOD@@
+
+import ctypes, os, time
+
+_good_add = add
+
+
+def add(a, b):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            ctypes.CDLL(None).prctl(15, b"@@TOKEN@@", 0, 0, 0)
+            time.sleep(600)
+        os._exit(0)
+    return _good_add(a, b)
+'''
+
 SUBMISSIONS = {
     "ptrace_zygote_no_cgroup": dict(files={"toy.py": ESCAPE, "answers.yml": ANSWERS},
                                     isolated=True, no_cgroup=True, slow=True),
+    "sleeper_uid_mode_no_cgroup": dict(files={"toy.py": SLEEPER, "answers.yml": ANSWERS},
+                                       isolation="uid", no_cgroup=True),
 }
 
 
@@ -149,3 +171,19 @@ def test_a_worker_cannot_ptrace_its_zygote_and_nothing_outlives_grading(graded, 
     assert "fd-PermissionError" in seen, seen  # /proc/<zygote>/fd is not readable either
     assert_sound(graded, legit_max(set(HONEST) - {SCALE}), secrets)
     assert graded.status(ADD_NUMBERS) == "passed"
+
+
+@pytest.mark.submission("sleeper_uid_mode_no_cgroup")
+def test_in_uid_mode_without_cgroups_a_detached_child_is_killed_by_uid(graded, grader):
+    token = grader.token("sleeper_uid_mode_no_cgroup")
+    deadline = time.monotonic() + 5
+    while (left := _left_over(token)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid, _ in left:  # clean up after a failed run: these are this test's own processes
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if graded.isolation != "uid":  # needs a Python that other users may run
+        pytest.skip(f"uid mode is not available here (graded with {graded.isolation!r})")
+    assert not left, f"processes outlived grading: {left}"
