@@ -68,6 +68,8 @@ def check_module(folder: Path, module: str) -> Section:
         section.problems.append(f"{module}.py {where}: {type(exc).__name__}: {exc.msg}")
     except ValueError as exc:  # null bytes
         section.problems.append(f"{module}.py cannot be compiled: {exc}")
+    except (MemoryError, RecursionError):  # thousands of nested brackets or lambdas
+        section.problems.append(f"{module}.py cannot be compiled: it is nested too deeply")
     else:
         section.lines.append("found, no syntax errors")
     return section
@@ -131,6 +133,9 @@ def load_answers_file(path: Path) -> tuple[dict[Any, Any], str | None]:
         problem = getattr(exc, "problem", None) or str(exc)
         return {}, (f"{path.name}{where} not valid YAML: {problem} (check the indentation, "
                     "and that each line reads `question_id: B` or `question_id: [A, C]`)")
+    except (ValueError, RecursionError):  # a number over 4,300 digits, nesting too deep
+        return {}, (f"{path.name} holds a number too long or nesting too deep to read; each "
+                    "line should read `question_id: B` or `question_id: [A, C]`")
     if data is None:
         return {}, None
     if not isinstance(data, dict):

@@ -344,3 +344,18 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+# ----------------------------------------------------------------------------- check.py
+
+
+def test_check_py_reports_huge_numbers_and_deep_nesting_to_the_student(tmp_path):
+    # The students' own check.py (autograder/student_check.py, self-contained) on the same inputs.
+    from autograder.student_check import check_module, load_answers_file
+
+    write(tmp_path / "toy.py", "f = " + "lambda: " * 5000 + "0\n")
+    section = check_module(tmp_path, "toy")
+    assert section.problems == ["toy.py cannot be compiled: it is nested too deeply"]
+    answers, problem = load_answers_file(write(tmp_path / "answers.yml",
+                                               "q: " + "1" * 5000 + "\n"))
+    assert answers == {} and "number too long" in problem
