@@ -7,8 +7,10 @@ the parent as a JSON line. It runs only in trusted processes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -27,7 +29,8 @@ VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 MARKERS = {
     "points": "points(n): points this test is worth (required)",
     "visibility": "visibility(v): Gradescope visibility of this test",
-    "gpu": "gpu: the test needs CUDA; on a grader without it the GPU policy applies",
+    "gpu": "gpu(n=1): the test needs n CUDA GPUs; on a grader with fewer the GPU policy "
+           "applies",
     "timeout_s": "timeout_s(s): this test's time budget in seconds",
 }
 
@@ -91,11 +94,29 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
 
 
 class Student:
-    """The `student` fixture: the student's module, reached only through the sandbox."""
+    """The `student` fixture: the student's module, reached only through the sandbox.
 
-    def __init__(self, plugin: GradingPlugin, spec: TestSpec) -> None:
+    `student.simulated()` is the same module in workers that simulate several GPUs (their
+    number drawn for this grading unless given), so tests can check device decisions on a
+    grader without one; `student.gpus` is how many real GPUs this grader has (decided here, in
+    the trusted runner, never by what the sandbox reports).
+    """
+
+    def __init__(self, plugin: GradingPlugin, spec: TestSpec, simulated_gpus: int = 0) -> None:
         self._plugin, self._spec = plugin, spec
         self._deadline = time.monotonic() + spec.timeout
+        self._simulated = simulated_gpus
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the student's code sees: the simulated ones, else this grader's real ones."""
+        return self._simulated or _cuda_device_count()
+
+    def simulated(self, gpus: int | None = None) -> Student:
+        """This module run with `gpus` simulated GPUs (default: 2 to 4, drawn per grading)."""
+        view = Student(self._plugin, self._spec, gpus or self._plugin.simulated_gpus)
+        view._deadline = self._deadline
+        return view
 
     def _left(self) -> float:
         return max(0.1, self._deadline - time.monotonic())
@@ -117,17 +138,20 @@ class Student:
             raise AttributeError(name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._sandbox().call(name, args, kwargs, self._timeout(), self._left())
+            return self._sandbox().call(name, args, kwargs, self._timeout(), self._left(),
+                                        gpus=self._simulated)
 
         return call
 
     def probe(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(module, *args, **kwargs)` from probes.py in the sandbox."""
         return self._sandbox().probe(_probe_name(fn), args, kwargs, self._spec.function,
-                                     self._timeout(), self._left())
+                                     self._timeout(), self._left(), gpus=self._simulated)
 
-    def run_ranks(self, fn: Callable, world_size: int, *args: Any) -> list[Any]:
-        """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes."""
+    def run_ranks(self, fn: Callable, world_size: int, *args: Any,
+                  per_rank: list | None = None) -> list[Any]:
+        """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes;
+        with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument."""
         sandbox = self._sandbox()
         attempts = 1 + self._plugin.job.rank_retries
         for attempt in range(attempts):
@@ -139,7 +163,8 @@ class Student:
             budget = left / (attempts - attempt)
             try:
                 return sandbox.run_ranks(_probe_name(fn), world_size, args, budget,
-                                         self._plugin.rank_output_dir(), self._spec.function)
+                                         self._plugin.rank_output_dir(), self._spec.function,
+                                         gpus=self._simulated, per_rank=per_rank)
             except SandboxFailure:
                 # gloo on CPU sometimes crashes or hangs on its own: retry before blaming.
                 if attempt == attempts - 1:
@@ -215,6 +240,8 @@ class GradingPlugin:
         self.specs: dict[str, TestSpec] = {}
         self.outcomes: dict[str, dict] = {}
         self.sandbox: Sandbox | None = None
+        # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
+        self.simulated_gpus = random.SystemRandom().randint(2, 4)
         sandbox_module.on_process_start = lambda pid: emit({"event": "sandbox", "pid": pid})
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
@@ -263,13 +290,23 @@ class GradingPlugin:
     # -- running ---------------------------------------------------------------
     @pytest.fixture
     def student(self, request: pytest.FixtureRequest) -> Student:
+        import torch
+
+        # The inputs a test draws from torch's generator differ in every grading: an answer
+        # that was not computed from them cannot be known in advance.
+        torch.manual_seed(random.SystemRandom().getrandbits(63))
         return Student(self, self.specs[request.node.nodeid])
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.specs[item.nodeid].gpu and not _cuda_available():
-            self.outcomes[item.nodeid] = {"status": "gpu_unavailable",
-                                          "message": "needs a GPU; this grader has none"}
+        marker = item.get_closest_marker("gpu")
+        needed = int(marker.args[0]) if marker is not None and marker.args else 1
+        if self.specs[item.nodeid].gpu and _cuda_device_count() < needed:
+            have = _cuda_device_count()
+            self.outcomes[item.nodeid] = {
+                "status": "gpu_unavailable",
+                "message": f"needs {needed} GPU{'s' if needed > 1 else ''}; this grader has "
+                           f"{have or 'none'}"}
             pytest.skip("needs CUDA")
 
     @pytest.hookimpl(hookwrapper=True)
@@ -280,6 +317,12 @@ class GradingPlugin:
             return
         if report.passed:
             self.outcomes[item.nodeid] = {"status": "passed", "message": ""}
+        elif report.skipped and self.specs[item.nodeid].gpu:
+            # This grader has CUDA (else setup marked the test above): whatever the sandbox
+            # reported, a GPU test that does not run here is a failure, never a free pass.
+            self.outcomes[item.nodeid] = {
+                "status": "failed", "message": "this GPU test did not run although this grader "
+                                               "has a GPU (did your code hide CUDA?)"}
         elif report.skipped:
             reason = str(call.excinfo.value) if call.excinfo else "skipped"
             self.outcomes[item.nodeid] = {"status": "skipped", "message": reason}
@@ -318,10 +361,12 @@ class GradingPlugin:
             self.sandbox.close()
 
 
-def _cuda_available() -> bool:
+@functools.cache
+def _cuda_device_count() -> int:
+    """Real GPUs of this grader, seen by the trusted runner's own torch."""
     import torch
 
-    return torch.cuda.is_available()
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def write_line(fd: int) -> Callable[[dict], None]:

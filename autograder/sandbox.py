@@ -610,9 +610,11 @@ class Sandbox:
             self._zygote = None
 
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
-                  output_dir: Path, function: str, gpus: int = 0) -> list[Any]:
+                  output_dir: Path, function: str, gpus: int = 0,
+                  per_rank: Sequence | None = None) -> list[Any]:
         """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers
-        (each simulating `gpus` GPUs when not 0)."""
+        (each simulating `gpus` GPUs when not 0). With `per_rank`, rank r alone also gets
+        `per_rank[r]` as its last argument, so no rank can know another's inputs."""
         if self._import_hang is not None:  # each rank would import, and hang, again
             raise SandboxFailure(self._import_hang)
         port = free_port()
@@ -623,8 +625,9 @@ class Sandbox:
                 processes.append(_Process(self.zygote(), self.module_name, "once",
                                           output_dir / f"rank{rank}.log", gpus))
             for rank, process in enumerate(processes):
+                own = () if per_rank is None else (per_rank[rank],)
                 process.send({"op": "probe", "name": probe,
-                              "args": (rank, world_size, port, *args), "kwargs": {}})
+                              "args": (rank, world_size, port, *args, *own), "kwargs": {}})
             deadline = time.monotonic() + timeout
             replies = []
             for rank, process in enumerate(processes):

@@ -5,6 +5,7 @@ See docs/ARCHITECTURE.md ("Writing hidden tests").
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,9 +13,21 @@ from .sandbox import SandboxFailure, StudentError
 from .sandbox_runtime.codec import ModuleSnapshot, remote_device, remote_identity
 
 __all__ = [
-    "ModuleSnapshot", "SandboxFailure", "StudentError", "raises_student", "remote_device",
-    "remote_identity",
+    "ModuleSnapshot", "SandboxFailure", "StudentError", "drawn", "raises_student",
+    "remote_device", "remote_identity",
 ]
+
+_SOURCE = random.SystemRandom()
+
+
+def drawn() -> random.Random:
+    """A generator seeded afresh for each grading, here on the trusted side.
+
+    Draw a test's inputs (seeds, sizes, device ids, per-rank values) from it, so that no
+    answer can be known before the grading: a result a student's code did not compute, be it
+    forged by a rewritten probe or returned as a constant, matches only by chance.
+    """
+    return random.Random(_SOURCE.getrandbits(64))
 
 
 class _Raised:

@@ -39,8 +39,53 @@ PARTIAL = ROOT / "assignments" / "dp_basics" / "examples" / "partial" / "dp_basi
 # (file stem, function, mistake, [EXPECT_FAIL substrings], old, new[, old, new...]): each `old`
 # must occur exactly once in the reference solution and is replaced by `new`.
 MUTANTS: list[tuple] = [
+    # Device decisions, graded on CPU graders through simulated GPUs.
+    ("wrap_forgets_move", "wrap_data_parallel", "wraps without moving the model to device_ids[0]",
+     ["wrap_data_parallel: uses every GPU", "wrap_data_parallel: wraps over the given device_ids"],
+     """    model = model.to(torch.device("cuda", ids[0]))
+""", ""),
+    ("wrap_gathers_on_last", "wrap_data_parallel", "gathers outputs on the last GPU",
+     ["wrap_data_parallel: uses every GPU", "wrap_data_parallel: wraps over the given device_ids"],
+     "    return nn.DataParallel(model, device_ids=ids, output_device=ids[0])",
+     "    return nn.DataParallel(model, device_ids=ids, output_device=ids[-1])"),
+    ("wrap_ignores_ids", "wrap_data_parallel", "always uses every GPU, whatever device_ids says",
+     ["wrap_data_parallel: wraps over the given device_ids"],
+     "    ids = indices or list(range(count))\n", "    ids = list(range(count))\n"),
+    ("match_forgets_device", "match_input_dtype", "casts but never moves to the model's device",
+     ["match_input_dtype: moves every tensor to the GPU the model is on"],
+     "return value.to(device=device or value.device, dtype=target)",
+     "return value.to(dtype=target)"),
+    ("setup_always_gloo", "setup_ddp", "always picks gloo, even with a GPU per rank",
+     ["setup_ddp: picks nccl and pins cuda:rank before the rendezvous"],
+     '        backend = "nccl" if gpus >= world_size else "gloo"',
+     '        backend = "gloo"'),
+    ("setup_pins_after_init", "setup_ddp", "pins the rank's GPU only after the rendezvous",
+     ["setup_ddp: picks nccl and pins cuda:rank before the rendezvous"],
+     """        torch.cuda.set_device(device)  # pin before init, so NCCL uses this rank's GPU
+""", "",
+     """                            rank=rank, world_size=world_size)
+""",
+     """                            rank=rank, world_size=world_size)
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+"""),
+    ("setup_nccl_when_any_gpu", "setup_ddp", "picks nccl as soon as there is one GPU",
+     ["setup_ddp: falls back to gloo on the CPU when there are fewer GPUs than ranks"],
+     '"nccl" if gpus >= world_size else "gloo"', '"nccl" if gpus >= 1 else "gloo"'),
+    ("wrap_ddp_no_device_ids", "wrap_ddp", "wraps a GPU model without device_ids",
+     ["wrap_ddp: on cuda:i moves the model there and wraps with device_ids=[i]"],
+     "return DistributedDataParallel(model, device_ids=[index], output_device=index)",
+     "return DistributedDataParallel(model)"),
+    ("wrap_ddp_forgets_move", "wrap_ddp", "passes device_ids but leaves the model on the CPU",
+     ["wrap_ddp: on cuda:i moves the model there and wraps with device_ids=[i]"],
+     """    model = model.to(device)
+    if device.type == "cuda":""", """    if device.type == "cuda":"""),
+    ("step_forgets_move", "ddp_train_step", "never moves the batch to the model's device",
+     ["ddp_train_step: moves a CPU batch to the GPU the model is on"],
+     """    inputs, targets = inputs.to(device), targets.to(device)
+""", ""),
     ("wrap_cpu_anyway", "wrap_data_parallel", "wraps in DataParallel on CPU anyway",
-     ["wrap_data_parallel: device_ids=None returns the model itself"],
+     ["wrap_data_parallel: uses every GPU when device_ids is None or empty"],
      """        if requested:
             raise ValueError(f"GPUs {requested} were requested but CUDA is not available")
         return model
@@ -147,14 +192,14 @@ MUTANTS: list[tuple] = [
      "from torch.utils.data import DataLoader, Dataset, DistributedSampler\n",
      "from torch.utils.data import DataLoader, Dataset\n"),
     ("ddp_device_ids_on_cpu", "wrap_ddp", "passes device_ids=[rank] on CPU too",
-     ["wrap_ddp: wraps in DistributedDataParallel without device_ids on CPU"],
+     ["wrap_ddp: on CPU wraps in DDP without device_ids"],
      """    return DistributedDataParallel(model)
 """,
      """    return DistributedDataParallel(model, device_ids=[dist.get_rank()])
 """),
     ("cleanup_without_check", "cleanup_ddp",
      "destroys the process group without checking there is one",
-     ["cleanup_ddp: does nothing when no process group exists"],
+     ["cleanup_ddp: does nothing without a group or when called twice"],
      """    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 """,

@@ -8,12 +8,14 @@ only ever changes what this one sandbox replies.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
 import pickle
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from . import codec, wire
@@ -97,16 +99,26 @@ def _become_worker(spec: dict, fds: list[int], *inherited: Any) -> None:
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         os.close(output_fd)
-        serve(spec["mode"], request_fd, reply_fd, spec["module"])
+        serve(spec["mode"], request_fd, reply_fd, spec["module"], int(spec.get("gpus") or 0))
     finally:
         os._exit(70)
 
 
-def serve(mode: str, request_fd: int, reply_fd: int, module_name: str) -> None:
+def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int = 0) -> None:
     import torch
 
     torch.set_num_threads(1)
+    if gpus:  # before the student's import: module-level `torch.cuda.is_available()` sees them
+        from . import simulated_cuda
+
+        simulated_cuda.activate(gpus)
+    # Bound before the student's module runs, so that rebinding `probes.x` or `codec.encode`
+    # at import changes nothing here. Defence in depth only: the grade never depends on it,
+    # since every result is checked against the reference on inputs drawn by the grader.
+    scenarios = _load_probes()
     module, import_error = _import_student(module_name)
+    handle = functools.partial(_handle, scenarios=scenarios, encode=codec.encode,
+                               place=_placer(gpus))
     if mode == "serve":
         _reply(reply_fd, {"ready": True, "import_error": import_error, "id": "ready"})
         while True:
@@ -114,10 +126,10 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str) -> None:
                 request = pickle.loads(wire.recv(request_fd))
             except wire.WireClosed:
                 os._exit(0)
-            _reply(reply_fd, {**_handle(request, module, import_error), "id": request["id"]})
+            _reply(reply_fd, {**handle(request, module, import_error), "id": request["id"]})
     else:  # "once": one probe per process (a rank of a multi-process scenario)
         request = pickle.loads(wire.recv(request_fd))
-        _reply(reply_fd, {**_handle(request, module, import_error), "id": request["id"]})
+        _reply(reply_fd, {**handle(request, module, import_error), "id": request["id"]})
         # Stay until the runner has every rank's reply (it then closes the pipe or kills us):
         # a rank that left early would take the TCP store, or its gloo peer, from ranks still
         # tearing down. Then skip interpreter teardown, which on CPU crashes now and then.
@@ -183,10 +195,31 @@ def _student_frames(exc: BaseException, name: str) -> str:
     return "; ".join(f"line {f.lineno} in {f.name}" for f in frames[-3:])
 
 
-def _handle(request: dict, module: Any, import_error: dict | None) -> dict:
+def _load_probes() -> dict[str, Any]:
+    """The assignment's scenarios (not secret), as they were before any student code ran."""
+    try:
+        import probes  # also what pickled requests name their model classes by
+    except ModuleNotFoundError:
+        return {}
+    return {name: value for name, value in vars(probes).items() if callable(value)}
+
+
+def _placer(gpus: int) -> Callable[[Any], Any]:
+    """With simulated GPUs, what the grader sends in starts on the (simulated) CPU."""
+    if not gpus:
+        return lambda value: value
+    from . import simulated_cuda
+
+    return simulated_cuda.place
+
+
+def _handle(request: dict, module: Any, import_error: dict | None, *,
+            scenarios: dict[str, Any], encode: Callable[..., Any],
+            place: Callable[[Any], Any]) -> dict:
     if import_error is not None:
         return {"import_error": import_error}
     op, args, kwargs = request["op"], request.get("args", ()), request.get("kwargs", {})
+    place((args, kwargs))
     if op == "call":
         target = getattr(module, request["name"], None)
         if not callable(target):
@@ -194,9 +227,9 @@ def _handle(request: dict, module: Any, import_error: dict | None) -> dict:
         identities = {id(a): f"arg{i}" for i, a in enumerate(args)}
         identities.update({id(v): f"kw:{k}" for k, v in kwargs.items()})
     elif op == "probe":
-        import probes  # the assignment's sandbox-side scenarios (not secret)
-
-        target = getattr(probes, request["name"])
+        target = scenarios.get(request["name"])
+        if target is None:
+            return {"protocol_error": f"unknown scenario {request['name']!r}"}
         args, identities = (module, *args), {}
     else:
         return {"protocol_error": f"unknown op {op!r}"}
@@ -209,7 +242,7 @@ def _handle(request: dict, module: Any, import_error: dict | None) -> dict:
         info["where"] = _student_frames(exc, module.__name__)
         return {"raised": info}
     try:
-        return {"value": codec.encode(value, identities)}
+        return {"value": encode(value, identities)}
     except codec.CodecError as exc:
         return {"codec_error": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - a hostile value's methods may raise anything

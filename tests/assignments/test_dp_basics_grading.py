@@ -18,7 +18,9 @@ grading per test would multiply the suite's time.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +49,10 @@ GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.pytest_plugin
 
 MUTANTS = sorted(p for p in MUTANTS_DIR.glob("*.py") if not p.name.startswith("alt_"))
 ALTS = sorted(MUTANTS_DIR.glob("alt_*.py"))
+HOSTILE_DIR = Path(__file__).parent / "hostile"
+# One mutant per device decision: together, a submission right on CPU that forgets them all.
+DEVICE_MUTANTS = ("wrap_forgets_move", "match_forgets_device", "setup_always_gloo",
+                  "wrap_ddp_no_device_ids", "step_forgets_move")
 
 # 21 gradings, 2 at a time: 3 to 5 minutes on the 2-core CI machine.
 pytestmark = pytest.mark.slow
@@ -73,6 +79,33 @@ def key_answers() -> dict[str, str | list[str]]:
             for q in ASSIGNMENT.bank.questions}
 
 
+def do_nothing_modules(blank: str) -> dict[str, str]:
+    """Submissions that must earn nothing, and one that forgets every device decision."""
+    names = re.findall(r"^def (\w+)\(", blank, flags=re.M)
+    stubs = {
+        "returns_none": "".join(f"def {n}(*args, **kwargs):\n    return None\n\n"
+                                for n in names),
+        "returns_first_argument": "".join(
+            f"def {n}(*args, **kwargs):\n    return args[0] if args else None\n\n"
+            for n in names),
+        "probe_hijack": blank + "\n\n" + (HOSTILE_DIR / "probe_hijack.py").read_text(),
+    }
+    generator = _load_script("make_mutants")
+    specs = {spec[0]: spec for spec in generator.MUTANTS}
+    text = reference(ASSIGNMENT.solution.read_text())
+    for name in DEVICE_MUTANTS:
+        text = generator._mutate(text, specs[name])
+    stubs["no_device_decisions"] = text
+    return stubs
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build_submissions(base: Path) -> dict[str, Path]:
     """Submission folders by name: reference, blank, partial, and one per mutants/ file."""
     source = ASSIGNMENT.solution.read_text()
@@ -84,6 +117,10 @@ def build_submissions(base: Path) -> dict[str, Path]:
         folder.mkdir(parents=True)
         (folder / "dp_basics.py").write_text(text)
         folders[name] = folder
+    for name, text in do_nothing_modules(modules["blank"]).items():
+        folders[name] = base / name
+        folders[name].mkdir(parents=True)
+        (folders[name] / "dp_basics.py").write_text(text)
     (folders["reference"] / "answers.yml").write_text(yaml.safe_dump(key_answers()))
     partial = base / "partial"
     partial.mkdir()
@@ -180,6 +217,25 @@ def test_partial_example_lies_strictly_between_blank_and_reference(graded: Grade
               if line.startswith("#   - ")}
     lost = {t.item for t in coding(partial) if t.status == "failed"}
     assert lost == flawed, f"every flawed function, and only those, loses points: {lost}"
+
+
+@pytest.mark.parametrize("name", ["returns_none", "returns_first_argument", "probe_hijack"])
+def test_doing_nothing_earns_nothing(graded: Graded, name: str) -> None:
+    # probe_hijack also rewrites every probe and the reply encoder, and hides CUDA.
+    tests = coding(graded[name])
+    passed = [t.name for t in tests if t.status == "passed" and t.max_score > 0]
+    assert part(graded[name], "coding") == 0, f"{name} passed {passed}"
+
+
+def test_forgetting_every_device_decision_loses_exactly_the_device_tests(graded: Graded) -> None:
+    device_tests = set()
+    for name in DEVICE_MUTANTS:
+        for substring in header(MUTANTS_DIR / f"{name}.py", "EXPECT_FAIL"):
+            device_tests |= {t.name for t in coding(graded["reference"])
+                             if substring in t.name and t.status != "excluded"}
+    failed = {t.name for t in coding(graded["no_device_decisions"]) if t.status == "failed"}
+    assert failed == device_tests, failures(coding(graded["no_device_decisions"]))
+    assert 0 < part(graded["no_device_decisions"], "coding") < 70
 
 
 def test_mutants_are_what_the_generator_writes() -> None:

@@ -1,5 +1,5 @@
 # MUTANT: cleanup_ddp: destroys the process group without checking there is one
-# EXPECT_FAIL: cleanup_ddp: does nothing when no process group exists
+# EXPECT_FAIL: cleanup_ddp: does nothing without a group or when called twice
 """DataParallel basics: data-parallel training in PyTorch, from DataParallel to DDP.
 
 Implement every function below. Each docstring is the contract the grader checks, so read it

@@ -1,5 +1,5 @@
 # MUTANT: wrap_ddp: passes device_ids=[rank] on CPU too
-# EXPECT_FAIL: wrap_ddp: wraps in DistributedDataParallel without device_ids on CPU
+# EXPECT_FAIL: wrap_ddp: on CPU wraps in DDP without device_ids
 """DataParallel basics: data-parallel training in PyTorch, from DataParallel to DDP.
 
 Implement every function below. Each docstring is the contract the grader checks, so read it

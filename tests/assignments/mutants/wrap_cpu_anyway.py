@@ -1,5 +1,5 @@
 # MUTANT: wrap_data_parallel: wraps in DataParallel on CPU anyway
-# EXPECT_FAIL: wrap_data_parallel: device_ids=None returns the model itself
+# EXPECT_FAIL: wrap_data_parallel: uses every GPU when device_ids is None or empty
 """DataParallel basics: data-parallel training in PyTorch, from DataParallel to DDP.
 
 Implement every function below. Each docstring is the contract the grader checks, so read it

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.testing import raises_student, remote_device
+from autograder.testing import drawn, raises_student, remote_device
 
 import probes
 
@@ -18,17 +18,14 @@ def chunk_rule(batch_size: int, num_devices: int) -> list[int]:
     return [len(c) for c in torch.arange(batch_size).chunk(num_devices)]
 
 
-def gpu_count(student) -> int:
-    """GPUs the sandbox sees (what the student's code sees, whatever this process sees)."""
-    return student.probe(probes.cuda_device_count)
-
-
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.allclose(a.detach(), b.detach(), atol=ATOL, rtol=1e-4)
 
 
-def seeded(cls, seed: int = 0, **kwargs):
-    torch.manual_seed(seed)
+def seeded(cls, seed: int | None = None, **kwargs):
+    """`cls(**kwargs)` built from `seed`, drawn for this grading when not given (the inputs a
+    test makes next come from the same seed)."""
+    torch.manual_seed(drawn().randrange(1 << 62) if seed is None else seed)
     return cls(**kwargs)
 
 
@@ -45,56 +42,97 @@ def replicas_forward(model: nn.Module, x: torch.Tensor, num_replicas: int):
 # ----------------------------------------------------------------------------- wrap_data_parallel
 
 
-@pytest.mark.points(1)
-def test_wrap_none_device_ids(student):
-    """wrap_data_parallel: device_ids=None returns the model itself without CUDA"""
-    model = nn.Linear(3, 2)
-    gpus = gpu_count(student)
-    out = student.wrap_data_parallel(model)
-    if gpus == 0:
+def param_devices(snapshot) -> set[str]:
+    return {remote_device(t) for t in snapshot.parameters.values()}
+
+
+def assert_wrapped(out, ids: list[int], what: str, placed: bool = True) -> None:
+    """`out` is DataParallel over `ids`, gathering on ids[0], with the model on cuda:ids[0]
+    (`placed=False`: the wrapping only, for tests of another rule)."""
+    assert out.is_a("DataParallel"), (
+        f"{what}: with CUDA the model must be wrapped in nn.DataParallel (got a {out.type_name})")
+    assert out.attributes.get("device_ids") == ids, (
+        f"{what}: expected device_ids={ids}, got {out.attributes.get('device_ids')}")
+    if not placed:
+        return
+    assert out.attributes.get("output_device") == ids[0], (
+        f"{what}: outputs must be gathered on device_ids[0] = {ids[0]} "
+        f"(output_device={ids[0]}), got {out.attributes.get('output_device')}")
+    assert param_devices(out) == {f"cuda:{ids[0]}"}, (
+        f"{what}: the model must be moved to cuda:{ids[0]} (device_ids[0]) before wrapping; "
+        f"its parameters are on {sorted(param_devices(out))}")
+
+
+@pytest.mark.points(2)
+def test_wrap_all_gpus(student):
+    """wrap_data_parallel: uses every GPU when device_ids is None or empty, none without CUDA"""
+    gpus = student.simulated()
+    everything = list(range(gpus.gpus))
+    for ids in (None, []):
+        out = gpus.wrap_data_parallel(nn.Linear(3, 2), ids)
+        assert_wrapped(out, everything, f"with {gpus.gpus} GPUs and device_ids={ids}")
+    for ids in (None, []):
+        out = student.wrap_data_parallel(nn.Sequential(nn.Linear(3, 2), nn.ReLU()), ids)
         assert out.identity == "arg0", (
-            "without CUDA and without device_ids the model itself must be returned, unwrapped "
-            f"(got a {out.type_name})")
-    else:
-        assert out.is_a("DataParallel"), "with CUDA the model must be wrapped in DataParallel"
-        assert out.attributes.get("device_ids") == list(range(gpus)), (
-            "device_ids=None must use every visible GPU")
+            f"without CUDA and with device_ids={ids} the model itself must be returned, "
+            f"unwrapped (got a {out.type_name})")
 
 
 @pytest.mark.points(1)
-def test_wrap_empty_device_ids(student):
-    """wrap_data_parallel: device_ids=[] is treated like None"""
-    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
-    gpus = gpu_count(student)
-    out = student.wrap_data_parallel(model, [])
-    if gpus == 0:
-        assert out.identity == "arg0", (
-            "without CUDA, an empty device_ids list must return the model itself, unwrapped "
-            f"(got a {out.type_name})")
-    else:
-        assert out.is_a("DataParallel"), "with CUDA the model must be wrapped in DataParallel"
-        assert out.attributes.get("device_ids") == list(range(gpus)), (
-            "device_ids=[] must use every visible GPU")
+@pytest.mark.timeout_s(90)
+def test_wrap_given_ids(student):
+    """wrap_data_parallel: wraps over the given device_ids, in order, on device_ids[0]"""
+    gpus = student.simulated()
+    rng = drawn()
+    ids = rng.sample(range(gpus.gpus), rng.randint(1, gpus.gpus))
+    model = seeded(probes.PlainMLP, rng.randrange(1 << 30))
+    x = torch.randn(rng.randint(2, 9), 4)
+    out = gpus.wrap_data_parallel(model, ids)
+    assert_wrapped(out, ids, f"with device_ids={ids}")
+    report = gpus.probe(probes.wrap_dp_on_gpu, model, ids, x)
+    assert report["output_device_str"] == f"cuda:{ids[0]}", (
+        f"the wrapped model's outputs must be gathered on cuda:{ids[0]}")
+    assert close(report["output"], model(x)), "the wrapped model must compute the same outputs"
+
+
+@pytest.mark.points(1)
+def test_wrap_missing_gpus(student):
+    """wrap_data_parallel: raises ValueError naming GPUs that are not there"""
+    gpus = student.simulated()
+    count = gpus.gpus
+    bad = [0, count, count + 2]
+    with raises_student("ValueError", f"asking for GPUs {bad} on a machine with "
+                                      f"{count} GPUs") as raised:
+        gpus.wrap_data_parallel(nn.Linear(3, 2), bad)
+    assert str(count + 2) in raised.error.message, (
+        "the ValueError's message should name the GPUs that are missing")
+    with raises_student("ValueError", "asking for GPU 0 on a machine without CUDA"):
+        student.wrap_data_parallel(nn.Linear(3, 2), [0])
+    # The same function must still wrap what is there.
+    assert_wrapped(gpus.wrap_data_parallel(nn.Linear(3, 2), [count - 1]), [count - 1],
+                   f"with device_ids=[{count - 1}]", placed=False)
 
 
 @pytest.mark.points(1)
 def test_wrap_keeps_data_parallel(student):
     """wrap_data_parallel: returns a model already in DataParallel unchanged"""
+    gpus = student.simulated()
     wrapped = nn.DataParallel(nn.Linear(3, 2))
-    out = student.wrap_data_parallel(wrapped)
-    assert out.identity == "arg0", (
-        "a model already wrapped in DataParallel must be returned as it is, not wrapped again")
-    for ids in ([], [0]):
-        out = student.wrap_data_parallel(wrapped, ids)
-        assert out.identity == "arg0", (
-            f"with device_ids={ids}, a model already wrapped must still be returned as it is")
+    for ids in (None, [], [0]):
+        for view in (student, gpus):
+            out = view.wrap_data_parallel(wrapped, ids)
+            assert out.identity == "arg0", (
+                f"with device_ids={ids}, a model already wrapped in DataParallel must be "
+                "returned as it is, not wrapped again")
+    assert_wrapped(gpus.wrap_data_parallel(nn.Linear(3, 2)), list(range(gpus.gpus)),
+                   "a model not wrapped yet", placed=False)
 
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_wrap_keeps_ddp(student):
     """wrap_data_parallel: returns a model already in DistributedDataParallel unchanged"""
-    (report,) = student.run_ranks(probes.wrap_dp_of_ddp, 1)
+    (report,) = student.run_ranks(probes.wrap_dp_of_ddp, 1, nn.Linear(3, 2))
     assert "error" not in report, (
         f"wrap_data_parallel raised {report.get('error', {}).get('type')} for a DDP-wrapped "
         f"model: {report.get('error', {}).get('message')}")
@@ -103,28 +141,17 @@ def test_wrap_keeps_ddp(student):
     assert report["with_ids"].get("value") is True, (
         "with device_ids=[0], a model already in DistributedDataParallel must still be "
         "returned as it is")
+    gpus = student.simulated()
+    assert_wrapped(gpus.wrap_data_parallel(nn.Linear(3, 2)), list(range(gpus.gpus)),
+                   "a model not wrapped yet", placed=False)
 
 
-@pytest.mark.points(1)
-def test_wrap_missing_gpus(student):
-    """wrap_data_parallel: raises ValueError naming GPUs that are not there"""
-    first_missing = gpu_count(student)
-    bad = [first_missing, first_missing + 2]
-    with raises_student("ValueError", f"asking for GPUs {bad} on a machine with "
-                                      f"{first_missing} GPUs") as raised:
-        student.wrap_data_parallel(nn.Linear(3, 2), bad)
-    assert str(first_missing + 2) in raised.error.message, (
-        "the ValueError's message should name the GPUs that are missing")
-
-
-@pytest.mark.points(1)
+@pytest.mark.points(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(120)
 def test_wrap_places_on_first_gpu(student):
     """wrap_data_parallel: puts the parameters on cuda:ids[0] and gathers outputs there"""
-    count = student.probe(probes.cuda_device_count)
-    if count < 1:
-        pytest.skip("the sandbox sees no GPU")
+    count = student.gpus
     model = seeded(probes.PlainMLP)
     x = torch.randn(6, 4)
     expected = model(x)
@@ -149,7 +176,10 @@ def test_wrap_places_on_first_gpu(student):
 @pytest.mark.points(1)
 def test_chunk_sizes_even(student):
     """data_parallel_chunk_sizes: splits evenly when the batch divides"""
-    for batch, devices in [(8, 2), (12, 3), (7, 1), (4, 4), (6, 6)]:
+    rng = drawn()
+    for _ in range(5):
+        devices = rng.randint(1, 8)
+        batch = devices * rng.randint(1, 9)
         got = student.data_parallel_chunk_sizes(batch, devices)
         assert got == chunk_rule(batch, devices), (
             f"a batch of {batch} on {devices} devices: expected {chunk_rule(batch, devices)}, "
@@ -159,23 +189,30 @@ def test_chunk_sizes_even(student):
 @pytest.mark.points(2)
 def test_chunk_sizes_uneven(student):
     """data_parallel_chunk_sizes: follows torch.chunk, using fewer devices when needed"""
-    for batch in range(1, 18):
-        for devices in range(1, 7):
-            expected = chunk_rule(batch, devices)
-            got = student.data_parallel_chunk_sizes(batch, devices)
-            assert type(got) is list and got == expected, (
-                f"a batch of {batch} on {devices} devices: scatter makes pieces {expected} "
-                f"(torch.chunk rule: ceil({batch}/{devices}) rows each, the last smaller, "
-                f"and fewer pieces when the rows run out); got {got}")
+    rng = drawn()
+    cases = [(b, d) for b in range(1, 18) for d in range(1, 7)]
+    cases += [(rng.randint(18, 500), rng.randint(2, 64)) for _ in range(20)]
+    for batch, devices in cases:
+        expected = chunk_rule(batch, devices)
+        got = student.data_parallel_chunk_sizes(batch, devices)
+        assert type(got) is list and got == expected, (
+            f"a batch of {batch} on {devices} devices: scatter makes pieces {expected} "
+            f"(torch.chunk rule: ceil({batch}/{devices}) rows each, the last smaller, "
+            f"and fewer pieces when the rows run out); got {got}")
 
 
 @pytest.mark.points(1)
 def test_chunk_sizes_invalid(student):
     """data_parallel_chunk_sizes: raises ValueError for batch_size < 1 or num_devices < 1"""
+    rng = drawn()
     for batch, devices in [(0, 2), (-3, 2), (4, 0), (4, -1)]:
         with raises_student("ValueError",
                             f"batch_size={batch}, num_devices={devices} is invalid"):
             student.data_parallel_chunk_sizes(batch, devices)
+        # Refusing is worth something only from a function that also splits valid batches.
+        batch, devices = rng.randint(1, 40), rng.randint(1, 9)
+        assert student.data_parallel_chunk_sizes(batch, devices) == chunk_rule(batch, devices), (
+            f"a batch of {batch} on {devices} devices must still be split as torch.chunk does")
 
 
 # ----------------------------------------------------------------------------- emulation
@@ -184,14 +221,14 @@ def test_chunk_sizes_invalid(student):
 @pytest.mark.points(1)
 def test_emulate_matches_forward(student):
     """emulate_data_parallel: gives the model's own output when replicas cannot differ"""
-    model = seeded(probes.PlainMLP, 1)
+    model = seeded(probes.PlainMLP)
     x = torch.randn(10, 4)
     out = student.emulate_data_parallel(model, x, 3)
     assert close(out, model(x)), (
         "for a model without BatchNorm the emulated output must equal model(inputs), "
         "in the original row order")
     # Eval mode: BatchNorm uses the running statistics, so every replica agrees.
-    model = seeded(probes.TinyMLP, 2)
+    model = seeded(probes.TinyMLP)
     with torch.no_grad():
         model.bn.running_mean.uniform_(-1, 1)
         model.bn.running_var.uniform_(0.5, 2)
@@ -217,8 +254,8 @@ def test_emulate_chunks(student):
 @pytest.mark.points(2)
 def test_emulate_batchnorm_per_chunk(student):
     """emulate_data_parallel: in train mode each replica's BatchNorm uses its own chunk"""
-    for seed, batch, replicas in [(3, 10, 3), (4, 9, 4), (5, 8, 2)]:
-        model = seeded(probes.TinyMLP, seed)
+    for batch, replicas in [(10, 3), (9, 4), (8, 2)]:
+        model = seeded(probes.TinyMLP)
         x = torch.randn(batch, 4)
         expected, _ = replicas_forward(copy.deepcopy(model), x, replicas)
         out = student.emulate_data_parallel(model, x, replicas)
@@ -230,7 +267,7 @@ def test_emulate_batchnorm_per_chunk(student):
 @pytest.mark.points(2)
 def test_emulate_gradients(student):
     """emulate_data_parallel: gradients reach the original parameters, summed over replicas"""
-    model = seeded(probes.TinyMLP, 6)
+    model = seeded(probes.TinyMLP)
     x = torch.randn(10, 4)
     weights = torch.randn(10, 2)
     reference = copy.deepcopy(model)
@@ -250,7 +287,7 @@ def test_emulate_gradients(student):
 @pytest.mark.points(2)
 def test_emulate_buffers_first_chunk(student):
     """emulate_data_parallel: updates running statistics from the first chunk only"""
-    model = seeded(probes.TinyMLP, 7)
+    model = seeded(probes.TinyMLP)
     x = torch.randn(10, 4)
     reference = copy.deepcopy(model)
     reference(x.chunk(3)[0])  # replica 0 shares the module's buffers; the rest are discarded

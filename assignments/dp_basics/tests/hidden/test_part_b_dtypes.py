@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.testing import remote_device
+from autograder.testing import drawn, remote_device
 
 import probes
 
@@ -63,9 +63,12 @@ def test_keeps_integer_and_bool(student):
             f"a {original.dtype} tensor (indices or a mask) must keep its dtype, "
             f"got {got.dtype}: only floating-point tensors are cast")
         assert torch.equal(got, original), "integer and bool tensors must keep their values"
-    # A float64 model must not turn indices into floats either.
-    out = student.match_input_dtype(idx, probes.TokenModel().double())
-    assert out.dtype == torch.int64, "index tensors must stay int64 whatever the model's dtype"
+    # A float64 model must not turn indices into floats either, and must still cast floats.
+    x = torch.randn(2, 3)
+    out = student.match_input_dtype((idx, x), probes.TokenModel().double())
+    assert out[0].dtype == torch.int64, "index tensors must stay int64 whatever the model's dtype"
+    assert out[1].dtype == torch.float64 and torch.allclose(out[1].float(), x), (
+        "next to the indices, a float32 tensor for a float64 model must become float64")
 
 
 @pytest.mark.points(1)
@@ -161,21 +164,45 @@ def test_no_in_place_changes(student):
         "the caller's inputs must keep their dtypes and structure: return new tensors and "
         "containers instead of changing them in place")
     before, after = report["inputs_before"], report["inputs_after"]
-    assert torch.equal(before[0], after[0]) and torch.equal(before[1]["y"], after[1]["y"]), (
-        "the caller's tensors must keep their values")
-    assert leaf_dtypes(report["structure"])[0] == "torch.float32", "the result must be cast"
+    assert torch.equal(before[0], x) and torch.equal(after[0], x) and \
+        torch.equal(after[1]["y"], inputs[1]["y"]), "the caller's tensors must keep their values"
+    # Leaving the inputs alone counts only from a function that converts them.
+    assert leaf_dtypes(report["structure"]) == ["torch.float32", "torch.float32", "torch.int64",
+                                                "torch.float32"], "the result must be cast"
+    values = report["values"]
+    assert torch.allclose(values[0].double(), x, atol=1e-6) and torch.allclose(
+        values[2][0].double(), inputs[2][0], atol=1e-6), "the result must keep the values"
 
 
 @pytest.mark.points(1)
+def test_moves_to_model_gpu(student):
+    """match_input_dtype: moves every tensor to the GPU the model is on"""
+    gpus = student.simulated()
+    rng = drawn()
+    device = f"cuda:{rng.randrange(gpus.gpus)}"
+    x = torch.randn(2, 3, dtype=torch.float64)
+    idx = torch.tensor([rng.randrange(5), rng.randrange(5)])
+    report = gpus.probe(probes.match_dtype_on, (x, idx, np.ones(2)), nn.Linear(3, 1), device)
+    devices = [leaf.get("device") for leaf in report["structure"]["items"]]
+    assert devices == [device] * 3, (
+        f"with the model on {device}, floating tensors, integer tensors and NumPy arrays must "
+        f"all move to {device}: got {devices}")
+    assert leaf_dtypes(report["structure"]) == ["torch.float32", "torch.int64",
+                                                "torch.float32"], (
+        "moving must keep the dtype rules: cast floating values, keep integers")
+    values = report["device_values"]
+    assert torch.allclose(values[0].double(), x, atol=1e-6) and torch.equal(values[1], idx), (
+        "moving must keep the values")
+
+
+@pytest.mark.points(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(120)
 def test_moves_to_model_device(student):
-    """match_input_dtype: moves tensors to the device of the model's parameters"""
-    if student.probe(probes.cuda_device_count) < 1:
-        pytest.skip("the sandbox sees no GPU")
-    report = student.probe(probes.match_dtype_cuda,
+    """match_input_dtype: moves tensors to a real GPU (cuda:0)"""
+    report = student.probe(probes.match_dtype_on,
                            (torch.randn(2, 3, dtype=torch.float64), torch.tensor([1, 0])),
-                           nn.Linear(3, 1))
+                           nn.Linear(3, 1), "cuda:0")
     devices = [leaf["device"] for leaf in report["structure"]["items"]]
     assert devices == ["cuda:0", "cuda:0"], (
         "floating and integer tensors must both move to the model's device (cuda:0)")

@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from autograder.testing import drawn
+
 import probes
 
 BATCHNORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
@@ -56,12 +58,15 @@ def test_top_level(student):
 def test_keeps_state(student):
     """convert_to_sync_batchnorm: keeps weights, statistics, settings, requires_grad and mode"""
     for prepare in ("stats", "stats freeze mixed", "stats eval"):
-        report = student.probe(probes.convert_syncbn, probes.ManyNorms(), False, prepare)
+        report = student.probe(probes.convert_syncbn, probes.ManyNorms(), False, prepare,
+                               drawn().randrange(1 << 30))
         before, after = by_name(report["before"]), by_name(report["after"])
         for name, row in before.items():
             if row["type"] not in BATCHNORMS:
                 continue
             new = after[name]
+            assert new["type"] == "SyncBatchNorm", (
+                f"the {row['type']} at {name!r} must become a SyncBatchNorm")
             for key in SETTINGS:
                 assert new[key] == row[key], (
                     f"the SyncBatchNorm replacing {name!r} must keep {key}={row[key]!r} "
@@ -129,13 +134,10 @@ def global_batch_training(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr
 
 
 @pytest.mark.points(1)
-@pytest.mark.gpu
+@pytest.mark.gpu(2)
 @pytest.mark.timeout_s(240)
 def test_syncbn_under_ddp(student):
     """convert_to_sync_batchnorm: under DDP on 2 GPUs, statistics cover the global batch"""
-    if student.probe(probes.cuda_device_count) < 2:
-        pytest.skip("needs 2 GPUs")
-    torch.manual_seed(11)
     model = probes.TinyMLP(4, 6, 1)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     expected = global_batch_training(model, x, y, 0.1, 3)

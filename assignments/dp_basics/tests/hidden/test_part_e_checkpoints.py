@@ -4,11 +4,15 @@ import pytest
 import torch
 from torch import nn
 
+from autograder.testing import drawn
+
 import probes
+
+BASE = drawn().randrange(1 << 40)  # drawn for each grading; tests add their own offsets
 
 
 def seeded(cls, seed: int, **kwargs):
-    torch.manual_seed(seed)
+    torch.manual_seed(BASE + seed)
     return cls(**kwargs)
 
 
@@ -43,6 +47,9 @@ def test_unwrap_plain(student):
         assert out.identity == "arg0", (
             f"a model that is not wrapped must be returned itself (got its {out.type_name} "
             "child?): only DataParallel / DistributedDataParallel are wrappers")
+    # Returning the argument is right only from a function that also unwraps.
+    out = student.unwrap_model(nn.DataParallel(probes.Holder()))
+    assert out.type_name == "Holder", f"expected the Holder inside, got a {out.type_name}"
 
 
 @pytest.mark.points(1)
@@ -53,6 +60,8 @@ def test_unwrap_one_level(student):
     assert out.type_name == "PlainMLP", f"expected the PlainMLP inside, got a {out.type_name}"
     assert set(out.parameters) == set(dict(inner.named_parameters())), (
         "the unwrapped model's parameter names must not carry a 'module.' prefix")
+    for name, value in inner.named_parameters():
+        assert torch.equal(out.parameters[name], value), "the model inside must be returned"
 
 
 @pytest.mark.points(2)
@@ -64,18 +73,28 @@ def test_unwrap_nested(student):
         assert out.type_name == "Sequential", (
             f"under {levels} nested DataParallel wrappers the innermost model must be returned "
             f"(got a {out.type_name}): keep unwrapping while the model is a wrapper")
+        assert torch.equal(out.parameters["0.weight"], inner[0].weight), (
+            "the innermost model itself must be returned")
 
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_unwrap_ddp(student):
     """unwrap_model: unwraps DistributedDataParallel, also around DataParallel"""
-    (report,) = student.run_ranks(probes.unwrap_in_ddp, 1)
-    for key, what in (("ddp", "DistributedDataParallel(model)"),
-                      ("ddp_dp", "DistributedDataParallel(DataParallel(model))")):
+    inner, inner2 = seeded(probes.PlainMLP, 15), seeded(probes.TinyMLP, 16)
+    (report,) = student.run_ranks(probes.unwrap_in_ddp, 1, inner, inner2)
+    for key, what, model in (("ddp", "DistributedDataParallel(model)", inner),
+                             ("ddp_dp", "DistributedDataParallel(DataParallel(model))", inner2)):
         error = report[key].get("error")
         assert error is None, f"unwrap_model raised {error and error['type']} for {what}"
-        assert report[key]["value"] is True, f"unwrap_model({what}) must return the model"
+        out = report[key]["value"]
+        assert out.type_name == type(model).__name__ and all(
+            torch.equal(out.parameters[n], p) for n, p in model.named_parameters()), (
+            f"unwrap_model({what}) must return the model inside (got a {out.type_name})")
+    # Handing back the model that was wrapped counts only from a function that unwraps.
+    out = student.unwrap_model(wrapped(inner, 2))
+    assert out.type_name == "PlainMLP", (
+        f"under two DataParallel wrappers the PlainMLP must be returned, not a {out.type_name}")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -166,10 +185,7 @@ def test_load_leaves_caller_dict(student):
     for levels in (1, 2):
         report = student.probe(probes.load_flexible, probes.TinyMLP(), checkpoint(source, levels),
                                0)
-        error = report.get("error")
-        assert error is None, (
-            f"the checkpoint must load, but load_state_dict_flexible raised "
-            f"{error and error['type']}: {error and error['message'][:200]}")
+        assert_loaded(report, source, f"a checkpoint from {levels} wrapper level(s)")
         assert report["caller_keys_unchanged"], (
             "the caller's state dict must keep its keys: build a new dict instead of renaming "
             "keys in place")
