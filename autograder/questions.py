@@ -4,6 +4,9 @@ The bank (``assignments/<name>/questions.yml``) holds the key, so only trusted c
 Validation is two-layered: ``schemas/questions.schema.json`` for shape, then checks that need a
 whole question (letters consecutive from A, answers among the options, feedback for exactly the
 wrong options, unique ids, regexes that compile). Every error names the question and the key.
+`bank_warnings` adds what is legal but gives answers away: keys piled on a few letters, or the
+key too often the longest (or the shortest) option; `load_bank` issues them as
+`QuestionBankWarning`s, so `autograder validate` shows them without failing.
 
 Regenerate the committed answers schema with ``python -m autograder.questions``.
 """
@@ -14,6 +17,8 @@ import json
 import re
 import string
 import sys
+import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +61,7 @@ class Snippet:
 @dataclass(frozen=True)
 class Question:
     id: str
-    number: int  # 1-based position in the bank, for titles such as "Q3 dp_chunk_sizes"
+    number: int  # 1-based position in the bank, for titles such as "Q3 q03"
     source: str
     topic: str
     stem: str
@@ -84,6 +89,7 @@ class QuestionBank:
     assignment: str
     questions: list[Question]
     verified_with: str | None = None
+    warnings: list[str] = field(default_factory=list)  # bank_warnings(): legal, but cues
     by_id: dict[str, Question] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -210,6 +216,57 @@ def bank_from_data(data: Any, source: Path | str = "<data>") -> QuestionBank:
     return QuestionBank(data["assignment"], questions, data.get("verified_with"))
 
 
+class QuestionBankWarning(UserWarning):
+    """The bank is valid but gives answers away (see `bank_warnings`)."""
+
+
+BALANCE_MIN_QUESTIONS = 8  # fewer single-answer questions: too few to judge a pattern
+
+
+def bank_warnings(bank: QuestionBank) -> list[str]:
+    """Cues in the key of the single-answer questions, compared with what chance gives.
+
+    Warns when a letter is keyed more than twice, or less than half, as often as chance would
+    key it (each question giving each of its letters 1/n), and when the key is the longest (or
+    joint longest) option, or the shortest, in more than 1.5 times the questions chance would
+    make it so. Options all of one length count for neither.
+    """
+    single = [q for q in bank.questions if not q.multiple]
+    if len(single) < BALANCE_MIN_QUESTIONS:
+        return []
+    chance: Counter[str] = Counter()
+    keyed: Counter[str] = Counter()
+    longest = shortest = 0
+    by_length = 0.0
+    for q in single:
+        for letter in q.letters:
+            chance[letter] += 1 / len(q.letters)
+        for letter in q.answer:
+            keyed[letter] += 1 / len(q.answer)
+        length = {x: len(" ".join(text.split())) for x, text in q.options.items()}
+        if len(set(length.values())) == 1:
+            continue
+        by_length += 1 / len(q.letters)
+        wrong = [length[x] for x in q.letters if x not in q.answer]
+        longest += max(length[x] for x in q.answer) >= max(wrong)
+        shortest += min(length[x] for x in q.answer) <= min(wrong)
+    found = []
+    skewed = [x for x, expected in chance.items() if expected >= 2
+              and not expected / 2 <= keyed[x] <= 2 * expected]
+    if skewed:
+        counts = ", ".join(f"{x} {keyed[x]:g}" for x in sorted(chance) if chance[x] >= 2)
+        found.append(f"keyed letters are unbalanced over the {len(single)} single-answer "
+                     f"questions: {counts} (chance: about {chance['A']:.1f} each); spread the "
+                     "keys over the letters")
+    for count, what in ((longest, "longest"), (shortest, "shortest")):
+        if count > 1.5 * by_length:
+            found.append(f"the key is the {what} option (or joint {what}) in {count} of "
+                         f"{len(single)} single-answer questions (chance: about "
+                         f"{by_length:.1f}); vary the options' lengths so that length gives "
+                         "nothing away")
+    return found
+
+
 def load_bank(path: Path | None = None) -> QuestionBank:
     """Load and validate a bank; raises QuestionBankError listing every problem."""
     path = path or bank_path()
@@ -224,7 +281,11 @@ def load_bank(path: Path | None = None) -> QuestionBank:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise QuestionBankError(path, [f"{where}YAML error: {problem}"]) from None
-    return bank_from_data(data, path)
+    bank = bank_from_data(data, path)
+    bank.warnings = bank_warnings(bank)
+    for warning in bank.warnings:
+        warnings.warn(f"{path}: {warning}", QuestionBankWarning, stacklevel=2)
+    return bank
 
 
 def answers_schema(bank: QuestionBank) -> dict[str, Any]:

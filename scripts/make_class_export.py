@@ -463,8 +463,8 @@ def answers_content(profile: str, rng: random.Random, assignment: Assignment) ->
         return "answers.yml", (assignment.root / "examples" / "partial" / "answers.yml") \
             .read_text()
     if profile == "malformed":
-        return "answers.yml", ("why_data_parallel: B\ndp_cpu_model_output_shape: [C\n"
-                               "dp_global_batch_size: A\n")
+        return "answers.yml", ("q01: B\nq02: [C\n"
+                               "q03: A\n")
     answers = dict(key)
     if profile in ("mostly", "random"):
         wrong = len(questions) if profile == "random" else rng.randint(1, 6)

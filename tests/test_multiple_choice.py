@@ -58,18 +58,18 @@ def test_full_key_scores_30_in_yaml_and_json(bank: QuestionBank, tmp_path: Path)
 def test_letters_are_case_insensitive_and_one_letter_lists_are_accepted(
         bank: QuestionBank, tmp_path: Path) -> None:
     path = _write(tmp_path, "answers.yml",
-                  "dp_chunk_sizes: ' b '\ndp_devices_used: [b]\ndp_state_dict_fix: [b, a]\n")
+                  "q11: ' c '\nq12: [b]\nq14: [b, a]\n")
     results = _by_id(grade_answers(bank, path))
-    for qid in ("dp_chunk_sizes", "dp_devices_used", "dp_state_dict_fix"):
+    for qid in ("q11", "q12", "q14"):
         assert results[qid].status == "correct", results[qid].message
 
 
 def test_any_accepted_letter_of_a_single_answer_question_scores(
         bank: QuestionBank, tmp_path: Path) -> None:
-    assert bank.by_id["dp_wrap_syntax"].answer == ("B", "C")
-    for letter in "BC":
-        path = _write(tmp_path, "answers.yml", f"dp_wrap_syntax: {letter}\n")
-        assert _by_id(grade_answers(bank, path))["dp_wrap_syntax"].score == 1.5
+    assert bank.by_id["q07"].answer == ("A", "C")
+    for letter in "AC":
+        path = _write(tmp_path, "answers.yml", f"q07: {letter}\n")
+        assert _by_id(grade_answers(bank, path))["q07"].score == 1.5
 
 
 def test_missing_file_leaves_every_question_unanswered(bank: QuestionBank, tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_missing_file_leaves_every_question_unanswered(bank: QuestionBank, tmp_p
 
 
 def test_malformed_yaml_reports_line_and_column(bank: QuestionBank, tmp_path: Path) -> None:
-    path = _write(tmp_path, "answers.yml", "dp_chunk_sizes: B\ndp_devices_used: [B\n")
+    path = _write(tmp_path, "answers.yml", "q11: B\nq12: [B\n")
     grade = grade_answers(bank, path)
     assert grade.score == 0
     message = grade.results[0].message
@@ -90,10 +90,10 @@ def test_malformed_yaml_reports_line_and_column(bank: QuestionBank, tmp_path: Pa
 
 
 def test_malformed_json_reports_line_and_column(bank: QuestionBank, tmp_path: Path) -> None:
-    path = _write(tmp_path, "answers.json", '{"dp_chunk_sizes": "B",\n "dp_devices_used": }')
+    path = _write(tmp_path, "answers.json", '{"q11": "B",\n "q12": }')
     grade = grade_answers(bank, path)
     assert grade.score == 0
-    assert "answers.json is not valid JSON at line 2, column 21" in grade.results[0].message
+    assert "answers.json is not valid JSON at line 2, column 9" in grade.results[0].message
 
 
 @pytest.mark.parametrize("text, kind", [("- A\n- B\n", "a list"), ("B\n", "a single text value"),
@@ -110,7 +110,7 @@ def test_top_level_must_be_a_mapping(bank: QuestionBank, tmp_path: Path, text: s
 def test_python_object_tags_are_refused_and_never_run(bank: QuestionBank, tmp_path: Path) -> None:
     marker = tmp_path / "constructed"
     path = _write(tmp_path, "answers.yml",
-                  f"dp_chunk_sizes: !!python/object/apply:os.mkdir [{str(marker)!r}]\n")
+                  f"q11: !!python/object/apply:os.mkdir [{str(marker)!r}]\n")
     grade = grade_answers(bank, path)
     assert not marker.exists()
     assert grade.score == 0
@@ -123,96 +123,96 @@ def test_python_object_tags_are_refused_and_never_run(bank: QuestionBank, tmp_pa
 
 def test_unknown_ids_are_warned_about_and_the_rest_still_scored(
         bank: QuestionBank, tmp_path: Path) -> None:
-    path = _write(tmp_path, "answers.yml", "dp_chunk_size: B\nq99: A\ndp_devices_used: B\n")
+    path = _write(tmp_path, "answers.yml", "Q01: B\nq99: A\nq12: B\n")
     grade = grade_answers(bank, path)
     assert grade.score == 1.5
     assert len(grade.warnings) == 1
     warning = grade.warnings[0]
-    assert "'dp_chunk_size' (did you mean 'dp_chunk_sizes'?)" in warning and "'q99'" in warning
+    assert "'Q01' (did you mean 'q01'?)" in warning and "'q99'" in warning
 
 
 def test_bad_answers_make_only_their_question_invalid(bank: QuestionBank, tmp_path: Path) -> None:
     path = _write(tmp_path, "answers.yml", "\n".join([
-        "why_data_parallel: Z",              # letter out of range
-        "dp_chunk_sizes: [A, B]",            # several letters, single-answer question
-        "dp_devices_used: 2",                # wrong type
-        "dp_main_purpose: {pick: B}",        # wrong type
-        "dp_state_dict_fix: 'A, B'",         # select-all given as text
-        "numpy_float64_fix: [A, C, a]",      # repeated letter
-        "syncbn_convert: [A, 3]",            # not a letter inside a list
-        "ddp_sampler_padding: A",
-        "ddp_sampler_padding: B",            # answered twice
-        "ddp_sampler_set_epoch: true",       # YAML boolean
-        "dp_two_gpu_output_shape: A",        # valid, right
-        "dp_global_batch_size: C",           # valid, wrong
+        "q01: Z",              # letter out of range
+        "q11: [A, B]",            # several letters, single-answer question
+        "q12: 2",                # wrong type
+        "q06: {pick: B}",        # wrong type
+        "q14: 'A, B'",         # select-all given as text
+        "q15: [A, C, a]",      # repeated letter
+        "q20: [A, 3]",            # not a letter inside a list
+        "q18: A",
+        "q18: B",            # answered twice
+        "q17: true",       # YAML boolean
+        "q08: B",        # valid, right
+        "q03: C",           # valid, wrong
     ]) + "\n")
     grade = grade_answers(bank, path)
     results = _by_id(grade)
     expected = {
-        "why_data_parallel": 'Q1 why_data_parallel: "Z" is not one of the options A-D',
-        "dp_chunk_sizes": "Q11 dp_chunk_sizes: expects exactly one letter from A-D, "
+        "q01": 'Q1 q01: "Z" is not one of the options A-D',
+        "q11": "Q11 q11: expects exactly one letter from A-D, "
                           "but got several: A, B",
-        "dp_devices_used": "Q12 dp_devices_used: expected one letter from A-D, got int 2",
-        "dp_main_purpose": "Q6 dp_main_purpose: expected one letter from A-D, got dict",
-        "dp_state_dict_fix": "Q14 dp_state_dict_fix: select-all question: give a list of "
+        "q12": "Q12 q12: expected one letter from A-D, got int 2",
+        "q06": "Q6 q06: expected one letter from A-D, got dict",
+        "q14": "Q14 q14: select-all question: give a list of "
                              'letters from A-D, e.g. [A, C], not the text "A, B"',
-        "numpy_float64_fix": "Q15 numpy_float64_fix: lists A more than once",
-        "syncbn_convert": "Q20 syncbn_convert: expects exactly one letter from A-D, "
+        "q15": "Q15 q15: lists A more than once",
+        "q20": "Q20 q20: expects exactly one letter from A-D, "
                           "but got several: A, 3",
-        "ddp_sampler_padding": "Q18 ddp_sampler_padding: answered more than once "
+        "q18": "Q18 q18: answered more than once "
                                "(line 8, line 9); keep a single answer",
-        "ddp_sampler_set_epoch": "Q17 ddp_sampler_set_epoch: expected one letter from A-D, "
+        "q17": "Q17 q17: expected one letter from A-D, "
                                  "got bool true",
     }
     for qid, message in expected.items():
         assert results[qid].status == "invalid", qid
         assert results[qid].score == 0
         assert results[qid].message.startswith(message), results[qid].message
-    assert results["dp_two_gpu_output_shape"].status == "correct"
-    assert results["dp_global_batch_size"].status == "incorrect"
+    assert results["q08"].status == "correct"
+    assert results["q03"].status == "incorrect"
     assert grade.score == 1.5
 
 
 def test_item_that_is_not_a_letter_in_a_select_all_list(bank: QuestionBank,
                                                         tmp_path: Path) -> None:
-    path = _write(tmp_path, "answers.yml", "numpy_float64_fix: [A, [C]]\ndp_state_dict_fix: [Q]\n")
+    path = _write(tmp_path, "answers.yml", "q15: [A, [C]]\nq14: [Q]\n")
     results = _by_id(grade_answers(bank, path))
-    assert results["numpy_float64_fix"].message == \
-        "Q15 numpy_float64_fix: item 2 of the list (['C']) is not a letter from A-E"
-    assert results["dp_state_dict_fix"].message == \
-        'Q14 dp_state_dict_fix: "Q" is not one of the options A-D'
+    assert results["q15"].message == \
+        "Q15 q15: item 2 of the list (['C']) is not a letter from A-E"
+    assert results["q14"].message == \
+        'Q14 q14: "Q" is not one of the options A-D'
 
 
 def test_wrong_answer_gets_its_feedback_and_the_hint_not_the_key(
         bank: QuestionBank, tmp_path: Path) -> None:
-    q = bank.by_id["dp_chunk_sizes"]
-    result = _by_id(grade_answers(bank, _write(tmp_path, "answers.yml", "dp_chunk_sizes: a\n")))[
+    q = bank.by_id["q11"]
+    result = _by_id(grade_answers(bank, _write(tmp_path, "answers.yml", "q11: a\n")))[
         q.id]
     assert result.status == "incorrect" and result.given == ["A"]
     assert result.message == f"A: {q.feedback['A']}\nHint: {q.hint}"
     assert q.explanation not in result.message
-    assert result.key == ["B"] and result.explanation == q.explanation
+    assert result.key == ["C"] and result.explanation == q.explanation
 
 
 def test_select_all_must_match_exactly(bank: QuestionBank, tmp_path: Path) -> None:
-    q = bank.by_id["dp_state_dict_fix"]  # key A, B
-    path = _write(tmp_path, "answers.yml", "dp_state_dict_fix: [A]\nnumpy_float64_fix: [A, C, E]\n")
+    q = bank.by_id["q14"]  # key A, B
+    path = _write(tmp_path, "answers.yml", "q14: [A]\nq15: [A, C, E]\n")
     results = _by_id(grade_answers(bank, path))
-    subset = results["dp_state_dict_fix"]
+    subset = results["q14"]
     assert subset.status == "incorrect" and subset.score == 0
     assert subset.message == ("At least one correct option is missing from your selection.\n"
                               f"Hint: {q.hint}")
-    superset = results["numpy_float64_fix"]
+    superset = results["q15"]
     assert superset.status == "incorrect"
     assert superset.message.startswith(
-        "You selected E: " + bank.by_id["numpy_float64_fix"].feedback["E"])
+        "You selected E: " + bank.by_id["q15"].feedback["E"])
 
 
 def test_unanswered_values(bank: QuestionBank, tmp_path: Path) -> None:
-    path = _write(tmp_path, "answers.yml", "dp_chunk_sizes:\ndp_devices_used: ''\n"
-                                           "dp_state_dict_fix: []\n")
+    path = _write(tmp_path, "answers.yml", "q11:\nq12: ''\n"
+                                           "q14: []\n")
     results = _by_id(grade_answers(bank, path))
-    for qid in ("dp_chunk_sizes", "dp_devices_used", "dp_state_dict_fix"):
+    for qid in ("q11", "q12", "q14"):
         assert results[qid].status == "unanswered" and results[qid].message == "not answered"
 
 
@@ -223,12 +223,12 @@ def test_empty_file_is_all_unanswered_with_a_warning(bank: QuestionBank, tmp_pat
 
 
 def test_other_unreadable_files(bank: QuestionBank, tmp_path: Path) -> None:
-    txt = _write(tmp_path, "answers.txt", "dp_chunk_sizes: B\n")
+    txt = _write(tmp_path, "answers.txt", "q11: B\n")
     assert "unsupported file type" in grade_answers(bank, txt).results[0].message
     big = _write(tmp_path, "answers.yml", "#" * (MAX_ANSWERS_BYTES + 1))
     assert "is too large" in grade_answers(bank, big).results[0].message
     binary = tmp_path / "answers.json"
-    binary.write_bytes(b'{"dp_chunk_sizes": "\xff"}')
+    binary.write_bytes(b'{"q11": "\xff"}')
     assert "is not UTF-8 text" in grade_answers(bank, binary).results[0].message
     deep = _write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000)
     assert load_answers(deep)[1], "deep nesting must be an error, not a crash"

@@ -253,7 +253,7 @@ BROKEN_CODE = {
     "wrap_ddp": "def wrap_ddp(model, device, sync_batchnorm=False):\n"
                 "    raise NotImplementedError(\"wrap_ddp is not implemented yet\")\n",
 }
-BROKEN_ANSWERS = {"why_data_parallel": "Z", "dp_global_batch_size": ["A", "B"]}
+BROKEN_ANSWERS = {"q01": "Z", "q03": ["A", "B"]}
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +361,7 @@ def test_a_broken_function_fails_its_otter_check_with_the_message_of_autograder_
     problems = [line[4:] for line in check.splitlines() if line.startswith("  - ")]
     assert "not implemented yet: wrap_ddp" in problems
     assert any(p.startswith("test_chunk_sizes_even_split: ") for p in problems)
-    assert any(p.startswith("Q1 why_data_parallel: ") for p in problems)
+    assert any(p.startswith("Q1 q01: ") for p in problems)
     assert len(problems) == 6, check  # 3 chunk-size tests, wrap_ddp, 2 answers
     outputs = {t["name"]: t.get("output", "") for t in graded["broken"]["tests"]
                if "max_score" in t}

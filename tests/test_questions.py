@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,13 +19,17 @@ from autograder.questions import (
     ANSWERS_SCHEMA_PATH,
     QUESTIONS_SCHEMA_PATH,
     QuestionBankError,
+    QuestionBankWarning,
     answers_schema,
     bank_from_data,
     bank_path,
+    bank_warnings,
     load_bank,
     render_answers_schema,
 )
 from autograder.snippets import ENVIRONMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +47,33 @@ def test_bank_loads_with_20_questions_worth_30_points() -> None:
     assert bank.questions[2].title == f"Q3 {bank.questions[2].id}"
 
 
-def test_bank_covers_the_whole_seed_and_ten_new_questions() -> None:
+def test_bank_covers_the_seed_but_its_two_near_duplicates() -> None:
+    # Seed practice 1 and 3 asked again what challenge 1 and 2 ask; new questions replace them.
     sources = Counter(q.source for q in load_bank().questions)
     for n in range(1, 6):
         assert sources[f"seed challenge {n}"] == 1
-        assert sources[f"seed practice {n}"] == 1
-    assert sources["new"] == 10
+        assert sources[f"seed practice {n}"] == (0 if n in (1, 3) else 1)
+    assert sources["new"] == 12
+
+
+def test_ids_are_neutral() -> None:
+    # Ids are shown to students in answers.yml: they must not hint at any answer.
+    bank = load_bank()
+    assert [q.id for q in bank.questions] == [f"q{n:02d}" for n in range(1, 21)]
+
+
+def test_no_feedback_quotes_the_keyed_option() -> None:
+    for q in load_bank().questions:
+        for letter, text in q.feedback.items():
+            for key in q.answer:
+                keyed = " ".join(q.options[key].split())
+                assert keyed not in " ".join(text.split()), (q.id, letter)
+            assert "correct answer" not in text.lower(), (q.id, letter)
+
+
+def test_the_key_is_balanced_and_not_cued_by_length() -> None:
+    bank = load_bank()
+    assert bank.warnings == [] and bank_warnings(bank) == []
 
 
 def test_every_wrong_option_has_feedback_and_nothing_else_does() -> None:
@@ -104,66 +132,66 @@ def _question(raw_bank: dict[str, Any], qid: str) -> tuple[dict[str, Any], dict[
 
 
 def test_missing_feedback_for_a_wrong_option_names_the_question(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "dp_chunk_sizes")
-    del q["feedback"]["C"]
+    data, q = _question(raw_bank, "q11")
+    del q["feedback"]["D"]
     message = _errors(data)
-    assert "question 'dp_chunk_sizes' (questions[10]) at feedback" in message
-    assert "missing for wrong option(s) C" in message
+    assert "question 'q11' (questions[10]) at feedback" in message
+    assert "missing for wrong option(s) D" in message
 
 
 def test_feedback_for_a_right_option_is_rejected(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "dp_chunk_sizes")
-    q["feedback"]["B"] = "but B is right"
-    assert "'dp_chunk_sizes'" in _errors(data) and "B is not a wrong option" in _errors(data)
+    data, q = _question(raw_bank, "q11")
+    q["feedback"]["C"] = "but C is right"
+    assert "'q11'" in _errors(data) and "C is not a wrong option" in _errors(data)
 
 
 def test_answer_outside_the_options_is_rejected(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "why_data_parallel")
+    data, q = _question(raw_bank, "q01")
     q["answer"] = ["F"]
     message = _errors(data)
-    assert "question 'why_data_parallel' (questions[0]) at answer: F not among the options" \
+    assert "question 'q01' (questions[0]) at answer: F not among the options" \
         in message
 
 
 def test_option_letters_must_be_consecutive(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "dp_main_purpose")
+    data, q = _question(raw_bank, "q05")
     q["options"]["F"] = q["options"].pop("D")
     q["feedback"]["F"] = q["feedback"].pop("D")
-    assert "'dp_main_purpose'" in _errors(data) and "consecutive from A" in _errors(data)
+    assert "'q05'" in _errors(data) and "consecutive from A" in _errors(data)
 
 
 def test_unknown_key_names_the_question_and_the_key(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "syncbn_convert")
+    data, q = _question(raw_bank, "q20")
     q["answr"] = ["A"]
     message = _errors(data)
-    assert "question 'syncbn_convert' (questions[19])" in message and "'answr'" in message
+    assert "question 'q20' (questions[19])" in message and "'answr'" in message
 
 
 def test_wrong_type_names_the_path(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "dp_devices_used")
+    data, q = _question(raw_bank, "q12")
     q["points"] = "1.5"
-    assert "question 'dp_devices_used' (questions[11]) at points" in _errors(data)
+    assert "question 'q12' (questions[11]) at points" in _errors(data)
 
 
 def test_bad_snippet_outcome_names_the_environment(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "dp_chunk_sizes")
+    data, q = _question(raw_bank, "q11")
     q["snippet"]["expect"]["one_gpu"] = {"stdout": "x", "raises": "RuntimeError"}
-    assert "question 'dp_chunk_sizes' (questions[10]) at snippet.expect.one_gpu" in _errors(data)
+    assert "question 'q11' (questions[10]) at snippet.expect.one_gpu" in _errors(data)
     del q["snippet"]["expect"]["one_gpu"]
     assert "'one_gpu' is a required property" in _errors(data)
 
 
 def test_bad_regex_is_rejected(raw_bank: dict) -> None:
-    data, q = _question(raw_bank, "dp_state_dict_keys")
+    data, q = _question(raw_bank, "q13")
     q["snippet"]["expect"]["no_gpu"] = {"raises": "RuntimeError", "match": "module.("}
-    assert "'dp_state_dict_keys'" in _errors(data) and "snippet.expect.no_gpu.match" in \
+    assert "'q13'" in _errors(data) and "snippet.expect.no_gpu.match" in \
         _errors(data)
 
 
 def test_duplicate_ids_are_rejected(raw_bank: dict) -> None:
     data = copy.deepcopy(raw_bank)
     data["questions"][1]["id"] = data["questions"][0]["id"]
-    assert "question 'why_data_parallel' (questions[1]) at id: duplicate of questions[0]" in \
+    assert "question 'q01' (questions[1]) at id: duplicate of questions[0]" in \
         _errors(data)
 
 
@@ -177,3 +205,69 @@ def test_yaml_syntax_error_reports_the_line(tmp_path: Path) -> None:
     with pytest.raises(QuestionBankError) as info:
         load_bank(path)
     assert "line 4" in str(info.value) or "line 3" in str(info.value)
+
+
+def _skewed_bank(raw_bank: dict) -> dict:
+    """The bank with every single-answer key moved to A, the key made the longest option."""
+    data = copy.deepcopy(raw_bank)
+    for q in data["questions"]:
+        if q["multiple"] or len(q["answer"]) > 1:
+            continue
+        key = q["answer"][0]
+        options, feedback = q["options"], q["feedback"]
+        options["A"], options[key] = options[key], options["A"]
+        if key != "A":
+            feedback[key] = feedback.pop("A")
+        options["A"] += " (the longest option by far, to be sure)" * 3
+        q["answer"] = ["A"]
+    return data
+
+
+def test_unbalanced_letters_and_length_cues_warn_but_do_not_fail(raw_bank: dict,
+                                                                 tmp_path: Path) -> None:
+    data = _skewed_bank(raw_bank)
+    bank = bank_from_data(data)  # still a valid bank
+    found = bank_warnings(bank)
+    assert len(found) == 2, found
+    assert found[0].startswith("keyed letters are unbalanced over the 18 single-answer "
+                               "questions: A 17.5, B 0, C 0.5, D 0")
+    assert found[1].startswith("the key is the longest option (or joint longest) in 18 of 18")
+    path = tmp_path / "questions.yml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.warns(QuestionBankWarning) as caught:
+        loaded = load_bank(path)
+    assert loaded.warnings == found
+    assert [str(w.message) for w in caught] == [f"{path}: {w}" for w in found]
+
+
+def test_the_shortest_key_is_a_cue_too(raw_bank: dict) -> None:
+    data = copy.deepcopy(raw_bank)
+    for q in data["questions"]:
+        for letter in q["answer"]:
+            q["options"][letter] = "x"
+    assert any("shortest option" in w for w in bank_warnings(bank_from_data(data)))
+
+
+def test_small_banks_are_not_judged() -> None:
+    data = {"assignment": "toy", "questions": [
+        {"id": f"t{n}", "source": "new", "topic": "t", "stem": "s", "options":
+         {"A": "a much longer option than the other", "B": "b"}, "answer": ["A"],
+         "multiple": False, "points": 1, "hint": "h", "explanation": "e",
+         "feedback": {"B": "no"}} for n in range(7)]}
+    assert bank_warnings(bank_from_data(data)) == []
+
+
+def test_validate_prints_the_warning_and_succeeds(raw_bank: dict, tmp_path: Path) -> None:
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "assignments" / "dp_basics", course / "assignments" / "dp_basics",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "grading.yml", course / "grading.yml")
+    (course / "assignments" / "dp_basics" / "questions.yml").write_text(
+        yaml.safe_dump(_skewed_bank(raw_bank)), encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "autograder.cli", "validate", "dp_basics",
+                             "--config", str(course / "grading.yml")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "QuestionBankWarning" in result.stderr
+    assert "keyed letters are unbalanced" in result.stderr
+    assert "the key is the longest option" in result.stderr

@@ -71,31 +71,31 @@ def test_blank_template_fails_naming_what_is_not_implemented(unzipped: Path) -> 
 def test_malformed_answers_fail_naming_each_question(unzipped: Path) -> None:
     (unzipped / "dp_basics.py").write_text(REFERENCE)
     (unzipped / "answers.yml").write_text(
-        "why_data_parallel: b\n"                 # fine: letters are case-insensitive
-        "dp_cpu_model_output_shape: [B, C]\n"    # one-answer question, two letters
-        "dp_global_batch_size: E\n"              # not an option
-        "dp_state_dict_fix: AB\n"                # select-all question given as text
-        "numpy_float64_fix: [A, A]\n"            # repeated letter
-        "dp_chunk_size: A\n"                     # typo in the id
-        "dp_main_purpose: B\n"
-        "dp_main_purpose: C\n")                  # answered twice
+        "q01: b\n"                 # fine: letters are case-insensitive
+        "q02: [B, C]\n"    # one-answer question, two letters
+        "q03: E\n"              # not an option
+        "q14: AB\n"                # select-all question given as text
+        "q15: [A, A]\n"            # repeated letter
+        "Q01: A\n"                               # typo in the id (ids are case-sensitive)
+        "q06: B\n"
+        "q06: C\n")                  # answered twice
     result = run_check(unzipped)
     assert result.returncode == 1
     out = result.stdout
-    assert "Q2 dp_cpu_model_output_shape: takes exactly one letter from A-D" in out
-    assert 'Q3 dp_global_batch_size: "E" is not one of the options A-D' in out
-    assert "Q14 dp_state_dict_fix: select all that apply: give a list of letters, e.g. [A, B]" \
+    assert "Q2 q02: takes exactly one letter from A-D" in out
+    assert 'Q3 q03: "E" is not one of the options A-D' in out
+    assert "Q14 q14: select all that apply: give a list of letters, e.g. [A, B]" \
         in out
-    assert "Q15 numpy_float64_fix: lists A more than once" in out
-    assert "unknown question id 'dp_chunk_size' (did you mean 'dp_chunk_sizes'?)" in out
-    assert "Q6 dp_main_purpose: answered more than once (line 7 and line 8)" in out
-    assert "Q1 why_data_parallel" not in out
+    assert "Q15 q15: lists A more than once" in out
+    assert "unknown question id 'Q01' (did you mean 'q01'?)" in out
+    assert "Q6 q06: answered more than once (line 7 and line 8)" in out
+    assert "Q1 q01" not in out
     assert "public tests: ok - 20 of 20 passed" in out  # the code is still checked
     assert "6 problem(s)" in out
 
 
 def test_yaml_syntax_error_names_the_line(unzipped: Path) -> None:
-    (unzipped / "answers.yml").write_text("why_data_parallel: B\ndp_chunk_sizes: [A\n")
+    (unzipped / "answers.yml").write_text("q01: B\nq11: [A\n")
     result = run_check(unzipped, "--no-tests")
     assert result.returncode == 1
     assert "answers.yml line 3, column 1: not valid YAML" in result.stdout
@@ -126,19 +126,19 @@ def test_check_py_needs_only_its_requirements(unzipped: Path) -> None:
 def test_autograder_check_fills_in_schema_and_public_tests_for_a_bare_folder(
         tmp_path: Path) -> None:
     (tmp_path / "dp_basics.py").write_text(REFERENCE)
-    (tmp_path / "answers.yml").write_text("why_data_parallel: B\ndp_chunk_sizes: [B, C]\n")
+    (tmp_path / "answers.yml").write_text("q01: B\nq11: [B, C]\n")
     result = subprocess.run([sys.executable, "-m", "autograder.cli", "check", str(tmp_path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
-    assert "Q11 dp_chunk_sizes: takes exactly one letter" in result.stdout
+    assert "Q11 q11: takes exactly one letter" in result.stdout
     assert "public tests: ok - 20 of 20 passed" in result.stdout
 
 
 # The same verdicts as the grader, without the key: an answer check.py accepts is one the grader
 # grades (right or wrong), and one it rejects is one the grader marks invalid.
 ANSWERS = {
-    "why_data_parallel": ["b", " B ", ["C"], "E", ["B", "C"], 3, True, "BC", "", [], None],
-    "dp_state_dict_fix": [["A", "B"], "a", "AB", ["A", "A"], ["Z"], [1], {"A": 1}, [], "A, B"],
+    "q01": ["b", " B ", ["C"], "E", ["B", "C"], 3, True, "BC", "", [], None],
+    "q14": [["A", "B"], "a", "AB", ["A", "A"], ["Z"], [1], {"A": 1}, [], "A, B"],
 }
 
 

@@ -48,41 +48,72 @@ def _stdout(q: Question, env: str) -> str:
 # Ties the key to the snippets: if an expectation changes, the key has to be revisited.
 def test_key_agrees_with_the_recorded_outcomes() -> None:
     q = BANK.by_id
-    assert q["dp_cpu_model_output_shape"].options["C"] == _stdout(
-        q["dp_cpu_model_output_shape"], "no_gpu")
-    assert q["dp_cpu_model_output_shape"].answer == ("C",)
-    assert q["dp_two_gpu_output_shape"].options["A"] == _stdout(
-        q["dp_two_gpu_output_shape"], "multi_gpu")
-    assert q["dp_two_gpu_output_shape"].answer == ("A",)
+    assert q["q02"].answer == ("D",)
+    assert q["q02"].options["D"] == _stdout(q["q02"], "no_gpu")
 
-    not_on_device0 = q["dp_module_not_on_device0"]
-    assert not_on_device0.answer == ("D",)
+    not_on_device0 = q["q04"]
+    assert not_on_device0.answer == ("A",)
     assert not_on_device0.snippet and not_on_device0.snippet.expect["multi_gpu"].raises == (
         "RuntimeError",)
-    assert not_on_device0.options["D"].startswith("It raises RuntimeError")
+    assert not_on_device0.options["A"].startswith("A RuntimeError")
 
-    running_stats = q["dp_batchnorm_running_stats"]
-    assert running_stats.answer == ("B",)
-    assert running_stats.options["B"].startswith(_stdout(running_stats, "multi_gpu") + ",")
+    wrapper_attribute = q["q06"]
+    (letter,) = wrapper_attribute.answer
+    outcome = wrapper_attribute.snippet.expect["no_gpu"]
+    assert outcome.raises == ("AttributeError",)
+    assert wrapper_attribute.options[letter] == (
+        "It prints 3, then raises AttributeError: "
+        + outcome.match.strip("^$").replace("\\", ""))
 
-    for qid in ("ddp_sampler_set_epoch", "ddp_sampler_padding", "syncbn_convert"):
+    no_group = q["q08"]
+    (letter,) = no_group.answer
+    assert no_group.snippet.expect["no_gpu"].raises == ("ValueError",)
+    assert no_group.options[letter] == (
+        "ValueError: " + no_group.snippet.expect["no_gpu"].match.replace("\\", ""))
+
+    running_stats = q["q16"]
+    assert running_stats.answer == ("A",)
+    assert running_stats.options["A"].startswith(_stdout(running_stats, "multi_gpu") + ":")
+
+    for qid in ("q17", "q18", "q20"):
         (letter,) = q[qid].answer
         for env in ("no_gpu", "one_gpu", "multi_gpu"):
             assert q[qid].options[letter] == _stdout(q[qid], env), qid
 
-    grads = q["ddp_gradient_averaging"]
+    grads = q["q19"]
     assert grads.options[grads.answer[0]] == _stdout(grads, "no_gpu").replace("\n", " / ")
 
-    chunks = q["dp_chunk_sizes"]
-    assert chunks.options["B"] == _stdout(chunks, "no_gpu").splitlines()[0].strip("[]")
+    chunks = q["q11"]
+    first_line = _stdout(chunks, "no_gpu").splitlines()[0]
+    assert chunks.options[chunks.answer[0]] == first_line.strip("[]")
+    devices = q["q12"]
+    assert _stdout(devices, "no_gpu").startswith("3 [2, 2, 2]")
+    assert devices.options[devices.answer[0]].startswith("3 replicas run, with 2 samples each")
 
-    fix = q["dp_state_dict_fix"]
+    fix = q["q14"]
     words = _stdout(fix, "no_gpu").split()
     assert set(fix.answer) == {words[i] for i in range(0, len(words), 2) if words[i + 1] == "True"}
-    numpy_fix = q["numpy_float64_fix"]
+    numpy_fix = q["q15"]  # the stem names the machine: no GPU
     words = _stdout(numpy_fix, "no_gpu").split()
     assert set(numpy_fix.answer) == {words[i] for i in range(0, len(words), 2)
                                      if words[i + 1] == "ok"}
+    for env in ("one_gpu", "multi_gpu"):  # the same options fail on GPU machines too
+        words = _stdout(numpy_fix, env).split()
+        assert set(numpy_fix.answer) == {words[i] for i in range(0, len(words), 2)
+                                         if words[i + 1] == "ok"}
+
+
+def test_every_snippet_of_a_shown_program_is_that_program() -> None:
+    # What students read is what was run: a question with code has a snippet that runs exactly
+    # that code (select-all questions run each option as written on the stem's code).
+    for question in SNIPPET_QUESTIONS:
+        if question.code and not question.multiple:
+            assert question.snippet.code == question.code, question.id
+    numpy_fix = BANK.by_id["q15"]
+    for line in numpy_fix.code.splitlines()[:-1]:  # all but the failing call
+        assert line in numpy_fix.snippet.code, line
+    for option in numpy_fix.options.values():
+        assert option in numpy_fix.snippet.code, option
 
 
 # ------------------------------------------------------------------ the runner itself
