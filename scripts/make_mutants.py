@@ -402,6 +402,18 @@ HANDROLLED: dict[str, str] = {
         return DistributedDataParallel(model, device_ids=[torch.device(device).index])
     return DistributedDataParallel(model, device_ids=None)
 ''',
+    "make_distributed_loader": '''
+    if world_size < 1 or rank < 0 or rank >= world_size or global_batch_size < 1:
+        raise ValueError("argument out of range")
+    if global_batch_size % world_size:
+        raise ValueError("world_size must divide global_batch_size")
+    # The DistributedSampler inside a BatchSampler, not as loader.sampler.
+    shares = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                seed=seed, drop_last=drop_last)
+    batches = torch.utils.data.BatchSampler(shares, global_batch_size // world_size,
+                                            drop_last=False)
+    return DataLoader(dataset, batch_sampler=batches)
+''',
     "unwrap_model": '''
     inner = model
     while type(inner) in (nn.DataParallel, DistributedDataParallel) or isinstance(
@@ -430,7 +442,8 @@ ALTS: list[tuple[str, str, dict[str, str], str, tuple[str, ...]]] = [
      ARITHMETIC, "import os\n", ("import copy\n", "from itertools import chain\n")),
     ("alt_handrolled.py",
      "# ALT: correct, written differently: hand-made replicas sharing parameters, hand-made\n"
-     "# SyncBatchNorm conversion, explicit TCPStore, regex prefix counting.\n",
+     "# SyncBatchNorm conversion, explicit TCPStore, the sampler in a BatchSampler, regex\n"
+     "# prefix counting.\n",
      HANDROLLED, "import re\n", ("from collections import OrderedDict\n",)),
 ]
 

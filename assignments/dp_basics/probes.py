@@ -285,6 +285,17 @@ def _store_port() -> int | None:
         return None
 
 
+def _store_host() -> str | None:
+    """The address the default group's store was reached at, if it can be found."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        while hasattr(store, "underlying_store"):
+            store = store.underlying_store
+        return str(store.host)
+    except Exception:  # noqa: BLE001 - a store of another kind: report nothing
+        return None
+
+
 # ----------------------------------------------------------------------------- Part A
 
 
@@ -438,6 +449,7 @@ def _store_state() -> dict:
         "rank": int(dist.get_rank()) if dist.is_initialized() else None,
         "world_size": int(dist.get_world_size()) if dist.is_initialized() else None,
         "store_port": _store_port() if dist.is_initialized() else None,
+        "store_host": _store_host() if dist.is_initialized() else None,
     }
 
 
@@ -561,15 +573,19 @@ def loader_report(mod: Any, dataset: Dataset, global_batch: int, world_size: int
     ranks = []
     for rank in range(world_size):
         loader = mod.make_distributed_loader(dataset, global_batch, rank, world_size, **kwargs)
-        sampler = getattr(loader, "sampler", None)
+        # The samplers a DataLoader can hold: its own, and the one inside its batch sampler.
+        samplers = {"sampler": getattr(loader, "sampler", None),
+                    "batch_sampler.sampler": getattr(getattr(loader, "batch_sampler", None),
+                                                     "sampler", None)}
         row: dict[str, Any] = {
             "batch_size": getattr(loader, "batch_size", None),
-            "sampler_type": type(sampler).__name__,
-            "sampler_bases": [c.__name__ for c in type(sampler).__mro__],
+            "samplers": {where: [c.__name__ for c in type(s).__mro__]
+                         for where, s in samplers.items() if s is not None},
             "epochs": [],
         }
+        with_epochs = {id(s): s for s in samplers.values() if hasattr(s, "set_epoch")}
         for epoch in range(epochs):
-            if hasattr(sampler, "set_epoch"):
+            for sampler in with_epochs.values():  # what a training loop does each epoch
                 sampler.set_epoch(epoch)
             row["epochs"].append([_plain(b) for b in loader])
         ranks.append(row)
@@ -586,38 +602,60 @@ def loader_error(mod: Any, dataset: Dataset, global_batch: int, rank: int,
 
 
 def train_step_report(mod: Any, model: nn.Module, batches: list, lr: float,
-                      momentum: float = 0.0, device: str = "cpu") -> dict:
-    """ddp_train_step on a plain model (on `device`) for each batch; losses, final weights."""
+                      momentum: float = 0.0, device: str = "cpu", wrap: bool = False) -> dict:
+    """ddp_train_step on a model (on `device`; in nn.DataParallel when `wrap`) for each batch;
+    losses, and the final weights of the model itself."""
     model = model.to(device)
+    stepped = nn.DataParallel(model) if wrap else model
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     losses = []
     for batch in batches:
-        loss = mod.ddp_train_step(model, batch, optimizer, mse)
+        loss = mod.ddp_train_step(stepped, batch, optimizer, mse)
         losses.append(loss if type(loss) is float else {"not_a_float": type(loss).__name__})
     return {"losses": losses, "state": _state(model), "grads": _grads(model),
             "param_devices": sorted({str(p.device) for p in model.parameters()})}
 
 
-def ddp_gpu_ranks(mod: Any, rank: int, world_size: int, port: int, model: nn.Module,
-                  inputs: torch.Tensor, targets: torch.Tensor, lr: float, steps: int,
-                  sync_batchnorm: bool) -> dict:
-    """On GPUs: setup_ddp (nccl), wrap_ddp (SyncBatchNorm), train on this rank's share."""
-    device = mod.setup_ddp(rank, world_size, port)
-    report: dict[str, Any] = {"device": str(device), **_store_state(),
-                              "current_cuda_device": int(torch.cuda.current_device())}
-    ddp = mod.wrap_ddp(model, device, sync_batchnorm=sync_batchnorm)
-    _keep(ddp)
-    report["device_ids"] = [int(i) for i in (ddp.device_ids or [])]
-    report["norm_types"] = sorted({type(m).__name__ for m in ddp.modules()
-                                   if isinstance(m, nn.modules.batchnorm._NormBase)})
-    report["param_devices"] = sorted({str(p.device) for p in ddp.parameters()})
+def _init_gpu_group(rank: int, world_size: int, port: int) -> torch.device:
+    """The grader's own nccl group on real GPUs, this rank on cuda:rank."""
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    _init_group(rank, world_size, port, backend="nccl")
+    return device
+
+
+def wrap_ddp_gpu_rank(mod: Any, rank: int, world_size: int, port: int,
+                      model: nn.Module) -> dict:
+    """On real GPUs, under a grader-made nccl group: wrap_ddp(model, cuda:rank,
+    sync_batchnorm=True), and what the wrapper holds."""
+    device = _init_gpu_group(rank, world_size, port)
+    ddp = _kept(mod.wrap_ddp(model, device, sync_batchnorm=True))
+    return {"type": type(ddp).__name__,
+            "device_ids": [int(i) for i in (getattr(ddp, "device_ids", None) or [])],
+            "norm_types": sorted({type(m).__name__ for m in ddp.modules()
+                                  if isinstance(m, nn.modules.batchnorm._NormBase)}),
+            "param_devices": sorted({str(p.device) for p in ddp.parameters()})}
+
+
+def syncbn_under_ddp(mod: Any, rank: int, world_size: int, port: int, model: nn.Module,
+                     inputs: torch.Tensor, targets: torch.Tensor, lr: float, steps: int) -> dict:
+    """On real GPUs: convert_to_sync_batchnorm(model), then the grader's own nccl group, DDP
+    wrapper and SGD steps on this rank's share of the batch."""
+    device = _init_gpu_group(rank, world_size, port)
+    converted = mod.convert_to_sync_batchnorm(model)
+    report: dict[str, Any] = {
+        "norm_types": sorted({type(m).__name__ for m in converted.modules()
+                              if isinstance(m, nn.modules.batchnorm._NormBase)})}
+    ddp = _kept(DistributedDataParallel(converted.to(device), device_ids=[rank]))
     share = inputs.shape[0] // world_size
-    x = inputs[rank * share:(rank + 1) * share]
-    y = targets[rank * share:(rank + 1) * share]
+    x = inputs[rank * share:(rank + 1) * share].to(device)
+    y = targets[rank * share:(rank + 1) * share].to(device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    report["losses"] = [mod.ddp_train_step(ddp, (x, y), optimizer, mse) for _ in range(steps)]
+    for _ in range(steps):
+        optimizer.zero_grad()
+        mse(ddp(x), y).backward()
+        optimizer.step()
     report["state"] = _state(ddp.module)
-    report["cleanup"] = _attempt(mod.cleanup_ddp)
     return report
 
 

@@ -81,8 +81,7 @@ def _forged(name, args, kwargs):
         _mod, dataset, batch, world = args[:4]
         share = len(dataset) // world
         return {"initialized": False, "ranks": [
-            {"batch_size": batch // world, "sampler_type": "DistributedSampler",
-             "sampler_bases": ["DistributedSampler"],
+            {"batch_size": batch // world, "samplers": {"sampler": ["DistributedSampler"]},
              "epochs": [[torch.arange(r * share, (r + 1) * share)]] * 2}
             for r in range(world)]}
     if name == "loader_error":

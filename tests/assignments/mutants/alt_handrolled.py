@@ -1,5 +1,6 @@
 # ALT: correct, written differently: hand-made replicas sharing parameters, hand-made
-# SyncBatchNorm conversion, explicit TCPStore, regex prefix counting.
+# SyncBatchNorm conversion, explicit TCPStore, the sampler in a BatchSampler, regex
+# prefix counting.
 """DataParallel basics: data-parallel training in PyTorch, from DataParallel to DDP.
 
 Implement every function below. Each docstring is the contract the grader checks, so read it
@@ -7,7 +8,8 @@ closely: the edge cases it names are tested. Most of the grading runs on CPU, wh
 GPU to spread work over; the functions must still behave as documented there.
 
 Part A - DataParallel: wrap a model, predict how a batch is split, emulate one forward pass.
-Part B - dtypes: make inputs match a model (the "expected Float but got Double" error).
+Part B - dtypes: make inputs match a model (the "... must have the same dtype, but got Double
+         and Float" error).
 Part C - SyncBatchNorm: batch statistics across devices.
 Part D - DistributedDataParallel: process groups, wrapping, sharded loading, a training step.
 Part E - checkpoints: `module.` prefixes and loading across wrapped and unwrapped models.
@@ -90,6 +92,11 @@ def emulate_data_parallel(model: nn.Module, inputs: torch.Tensor,
     - in train mode each replica's BatchNorm normalises with its own chunk's statistics;
     - the original model's buffers (BatchNorm running statistics) are updated from the first
       chunk only: replica 0 shares its buffers with the model, other replicas work on copies.
+
+    Hint: a replica need not be a deep copy of the model. `torch.func.functional_call(model,
+    tensors, (chunk,))` runs `model`'s forward with the tensors of the dict `tensors` (names
+    as in `named_parameters()` / `named_buffers()`) in place of its own, so each replica can
+    use the model's own parameters together with buffers of your choice.
     """
     outputs = []
     for index, chunk in enumerate(inputs.chunk(num_replicas, dim=0)):
@@ -112,8 +119,9 @@ def match_input_dtype(inputs: Any, model: nn.Module) -> Any:
     - Floating-point tensors are cast to the dtype of the model's floating-point parameters
       (of its floating-point buffers when it has none) and moved to their device.
     - Integer and bool tensors (indices, masks) keep their dtype but move to that device.
-    - NumPy arrays become tensors first (`torch.from_numpy` gives float64: the classic
-      "expected scalar type Float but found Double" error), then follow the rules above.
+    - NumPy arrays become tensors first (NumPy's default float64 stays float64 as a tensor,
+      which a float32 model refuses: "mat1 and mat2 must have the same dtype, but got Double
+      and Float" from a Linear layer on torch 2.13), then follow the rules above.
     - Lists, tuples (namedtuples too) and dicts are converted recursively and keep their type.
     - Any other object is returned as it is.
     - A model with no floating-point parameters or buffers leaves dtypes alone.
@@ -251,15 +259,16 @@ def make_distributed_loader(dataset: Dataset, global_batch_size: int, rank: int,
       divide `global_batch_size` (or any argument is out of range).
     - Works without an initialised process group (rank and world size are given explicitly).
     """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank}, "
-                         f"world_size={world_size}")
-    if global_batch_size < 1 or global_batch_size % world_size:
-        raise ValueError(f"global_batch_size {global_batch_size} is not a positive multiple "
-                         f"of world_size {world_size}")
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
-                                 seed=seed, drop_last=drop_last)
-    return DataLoader(dataset, batch_size=global_batch_size // world_size, sampler=sampler)
+    if world_size < 1 or rank < 0 or rank >= world_size or global_batch_size < 1:
+        raise ValueError("argument out of range")
+    if global_batch_size % world_size:
+        raise ValueError("world_size must divide global_batch_size")
+    # The DistributedSampler inside a BatchSampler, not as loader.sampler.
+    shares = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                seed=seed, drop_last=drop_last)
+    batches = torch.utils.data.BatchSampler(shares, global_batch_size // world_size,
+                                            drop_last=False)
+    return DataLoader(dataset, batch_sampler=batches)
 
 
 def ddp_train_step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor],

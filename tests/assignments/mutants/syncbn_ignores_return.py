@@ -7,7 +7,8 @@ closely: the edge cases it names are tested. Most of the grading runs on CPU, wh
 GPU to spread work over; the functions must still behave as documented there.
 
 Part A - DataParallel: wrap a model, predict how a batch is split, emulate one forward pass.
-Part B - dtypes: make inputs match a model (the "expected Float but got Double" error).
+Part B - dtypes: make inputs match a model (the "... must have the same dtype, but got Double
+         and Float" error).
 Part C - SyncBatchNorm: batch statistics across devices.
 Part D - DistributedDataParallel: process groups, wrapping, sharded loading, a training step.
 Part E - checkpoints: `module.` prefixes and loading across wrapped and unwrapped models.
@@ -106,6 +107,11 @@ def emulate_data_parallel(model: nn.Module, inputs: torch.Tensor,
     - in train mode each replica's BatchNorm normalises with its own chunk's statistics;
     - the original model's buffers (BatchNorm running statistics) are updated from the first
       chunk only: replica 0 shares its buffers with the model, other replicas work on copies.
+
+    Hint: a replica need not be a deep copy of the model. `torch.func.functional_call(model,
+    tensors, (chunk,))` runs `model`'s forward with the tensors of the dict `tensors` (names
+    as in `named_parameters()` / `named_buffers()`) in place of its own, so each replica can
+    use the model's own parameters together with buffers of your choice.
     """
     if num_replicas < 1:
         raise ValueError(f"num_replicas must be at least 1, got {num_replicas}")
@@ -129,8 +135,9 @@ def match_input_dtype(inputs: Any, model: nn.Module) -> Any:
     - Floating-point tensors are cast to the dtype of the model's floating-point parameters
       (of its floating-point buffers when it has none) and moved to their device.
     - Integer and bool tensors (indices, masks) keep their dtype but move to that device.
-    - NumPy arrays become tensors first (`torch.from_numpy` gives float64: the classic
-      "expected scalar type Float but found Double" error), then follow the rules above.
+    - NumPy arrays become tensors first (NumPy's default float64 stays float64 as a tensor,
+      which a float32 model refuses: "mat1 and mat2 must have the same dtype, but got Double
+      and Float" from a Linear layer on torch 2.13), then follow the rules above.
     - Lists, tuples (namedtuples too) and dicts are converted recursively and keep their type.
     - Any other object is returned as it is.
     - A model with no floating-point parameters or buffers leaves dtypes alone.

@@ -141,10 +141,11 @@ def test_syncbn_under_ddp(student):
     model = probes.TinyMLP(4, 6, 1)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     expected = global_batch_training(model, x, y, 0.1, 3)
-    reports = student.run_ranks(probes.ddp_gpu_ranks, 2, model, x, y, 0.1, 3, True)
+    # convert_to_sync_batchnorm is the student's; the group, DDP and the steps are the grader's.
+    reports = student.run_ranks(probes.syncbn_under_ddp, 2, model, x, y, 0.1, 3)
     for rank, report in enumerate(reports):
         assert report["norm_types"] == ["SyncBatchNorm"], (
-            "wrap_ddp(sync_batchnorm=True) must turn the BatchNorm into a SyncBatchNorm")
+            "convert_to_sync_batchnorm must turn the BatchNorm into a SyncBatchNorm")
         for name, value in expected.items():
             got = report["state"][name].float()
             assert torch.allclose(got, value, atol=1e-4, rtol=1e-3), (

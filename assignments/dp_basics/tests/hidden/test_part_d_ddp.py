@@ -113,7 +113,10 @@ def assert_met(reports, values: list[float], what: str) -> None:
 @pytest.mark.timeout_s(150)
 def test_setup_two_ranks(student):
     """setup_ddp: two ranks meet at master_addr:master_port"""
-    for kwargs in ({"backend": "gloo"}, {"master_addr": "127.0.0.1", "backend": "gloo"}, {}):
+    # Loopback addresses other than the default reach the same machine; the store must be
+    # reached at the one given.
+    other = f"127.0.{drawn().randint(0, 255)}.{drawn().randint(2, 254)}"
+    for kwargs in ({"backend": "gloo"}, {"master_addr": other, "backend": "gloo"}, {}):
         values = values_for(2)
         reports = student.run_ranks(probes.setup_ranks, 2, kwargs, per_rank=values)
         for rank, report in enumerate(reports):
@@ -128,6 +131,11 @@ def test_setup_two_ranks(student):
             if report["store_port"] is not None:
                 assert report["store_port"] == report["port"], (
                     "the ranks must meet at the given master_port")
+            if report["store_host"] is not None:
+                assert report["store_host"] == kwargs.get("master_addr", "127.0.0.1"), (
+                    f"the ranks must meet at master_addr ({kwargs.get('master_addr')!r} was "
+                    f"given, they met at {report['store_host']!r})" if "master_addr" in kwargs
+                    else "without master_addr the ranks must meet at 127.0.0.1")
         assert_met(reports, values, f"setup_ddp(..., {kwargs})")
 
 
@@ -319,9 +327,9 @@ def test_wrap_ddp_syncbn_cpu(student):
 @pytest.mark.timeout_s(180)
 def test_wrap_ddp_cuda(student):
     """wrap_ddp: on a real GPU wraps with device_ids=[index] and converts BatchNorm when asked"""
-    model = probes.TinyMLP(4, 6, 1)
-    x, y = torch.randn(8, 4), torch.randn(8, 1)
-    (report,) = student.run_ranks(probes.ddp_gpu_ranks, 1, model, x, y, 0.1, 1, True)
+    (report,) = student.run_ranks(probes.wrap_ddp_gpu_rank, 1, probes.TinyMLP(4, 6, 1))
+    assert report["type"] == "DistributedDataParallel", (
+        f"wrap_ddp must return a DistributedDataParallel, got a {report['type']}")
     assert report["device_ids"] == [0], "on cuda:0 the wrapper must get device_ids=[0]"
     assert report["param_devices"] == ["cuda:0"], "the model must be moved to cuda:0"
     assert report["norm_types"] == ["SyncBatchNorm"], (
@@ -348,13 +356,25 @@ def test_loader_batch_size(student):
 
 @pytest.mark.points(1)
 def test_loader_indivisible(student):
-    """make_distributed_loader: raises ValueError when the world size does not divide the batch"""
-    for global_batch, world_size in [(6, 4), (5, 2), (1, 2)]:
-        report = student.probe(probes.loader_error, probes.IndexData(16), global_batch, 0,
+    """make_distributed_loader: raises ValueError for a batch the ranks cannot split, or bad args"""
+    rng = drawn()
+    world = rng.randint(2, 4)
+    cases = [  # (global batch, rank, world size, why it is refused)
+        (6, 0, 4, "a global batch of 6 cannot be split over 4 ranks"),
+        (5, 0, 2, "a global batch of 5 cannot be split over 2 ranks"),
+        (1, 0, 2, "a global batch of 1 cannot be split over 2 ranks"),
+        (2 * world, world + rng.randint(0, 2), world, f"rank must be below world_size {world}"),
+        (2 * world, -rng.randint(1, 3), world, "a rank cannot be negative"),
+        (4, 0, 0, "world_size must be at least 1"),
+        (0, 0, world, "global_batch_size must be at least 1"),
+        (-2 * world, 0, world, "global_batch_size must be at least 1"),
+    ]
+    for global_batch, rank, world_size, why in cases:
+        report = student.probe(probes.loader_error, probes.IndexData(16), global_batch, rank,
                                world_size)
         error = report.get("error")
         assert error is not None and "ValueError" in error["types"], (
-            f"a global batch of {global_batch} cannot be split over {world_size} ranks: "
+            f"{why} (global_batch_size={global_batch}, rank={rank}, world_size={world_size}): "
             "expected ValueError (got "
             f"{error['type'] + ': ' + error['message'] if error else 'a loader'})")
     # Refusing is worth something only from a function that also builds loaders.
@@ -401,8 +421,9 @@ def test_loader_shuffle_seed(student):
                           {"shuffle": True, "seed": seed + 1}, 2)
     plain = student.probe(probes.loader_report, data, 4, 2, {"shuffle": False})
     for row in first["ranks"]:
-        assert "DistributedSampler" in row["sampler_bases"], (
-            "the loader's sampler must be a DistributedSampler")
+        assert any("DistributedSampler" in bases for bases in row["samplers"].values()), (
+            "the loader must be backed by a DistributedSampler (as its sampler, or inside its "
+            "batch sampler)")
     order = [flat(row["epochs"][0]) for row in first["ranks"]]
     assert order == [flat(row["epochs"][0]) for row in again["ranks"]], (
         "the same seed must give the same order")
@@ -411,7 +432,7 @@ def test_loader_shuffle_seed(student):
     assert order != [flat(row["epochs"][0]) for row in plain["ranks"]], (
         "shuffle=True must shuffle")
     assert order != [flat(row["epochs"][1]) for row in first["ranks"]], (
-        "after loader.sampler.set_epoch(1) the order must change")
+        "after the DistributedSampler's set_epoch(1) the order must change")
     assert [flat(row["epochs"][0]) for row in plain["ranks"]] == [
         list(range(r, 40, 2)) for r in range(2)], (
         "with shuffle=False, DistributedSampler gives rank r the samples r, r + world_size, ...")
@@ -453,20 +474,22 @@ def plain_steps(model, batches, lr: float):
 
 @pytest.mark.points(1)
 def test_train_step_single(student):
-    """ddp_train_step: one step returns the loss as a float and updates the weights"""
+    """ddp_train_step: one step, plain or wrapped, returns the loss as a float and updates"""
     torch.manual_seed(BASE + 2)
     model = probes.PlainMLP()
     batch = (torch.randn(8, 4), torch.randn(8, 1))
     losses, state, _ = plain_steps(model, [batch], 0.05)
-    report = student.probe(probes.train_step_report, model, [batch], 0.05)
-    got = report["losses"][0]
-    assert type(got) is float, "ddp_train_step must return the loss as a Python float"
-    assert abs(got - losses[0]) < 1e-5, (
-        f"the returned loss must be the batch's loss before the step ({losses[0]:.5f}), "
-        f"got {got:.5f}")
-    for name, value in state.items():
-        assert close(report["state"][name], value), (
-            f"after one step {name!r} must be updated by the optimizer")
+    for wrap in (False, True):
+        what = " (the model wrapped in nn.DataParallel)" if wrap else ""
+        report = student.probe(probes.train_step_report, model, [batch], 0.05, 0.0, "cpu", wrap)
+        got = report["losses"][0]
+        assert type(got) is float, f"ddp_train_step must return the loss as a Python float{what}"
+        assert abs(got - losses[0]) < 1e-5, (
+            f"the returned loss must be the batch's loss before the step ({losses[0]:.5f}), "
+            f"got {got:.5f}{what}")
+        for name, value in state.items():
+            assert close(report["state"][name], value), (
+                f"after one step {name!r} must be updated by the optimizer{what}")
 
 
 @pytest.mark.points(1)
