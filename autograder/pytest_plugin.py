@@ -110,11 +110,20 @@ class Student:
     @property
     def gpus(self) -> int:
         """GPUs the student's code sees: the simulated ones, else this grader's real ones."""
-        return self._simulated or _cuda_device_count()
+        if self._simulated:
+            return max(self._simulated, 0)
+        return _cuda_device_count()
 
     def simulated(self, gpus: int | None = None) -> Student:
         """This module run with `gpus` simulated GPUs (default: 2 to 4, drawn per grading)."""
-        view = Student(self._plugin, self._spec, gpus or self._plugin.simulated_gpus)
+        return self._view(gpus or self._plugin.simulated_gpus)
+
+    def without_gpus(self) -> Student:
+        """This module run where CUDA is hidden: its CPU branch, on any grader."""
+        return self._view(-1)
+
+    def _view(self, simulated: int) -> Student:
+        view = Student(self._plugin, self._spec, simulated)
         view._deadline = self._deadline
         return view
 

@@ -78,7 +78,11 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
     # itself, whatever the sandbox reported, is no reason to rescale anything.
     unavailable = [o for o in outcomes if o.gpu and o.status == "gpu_unavailable"]
     scale = 1.0
-    if unavailable and config.gpu_policy == "reweight":
+    if unavailable and not any(o.points for o in unavailable):
+        # Worth nothing here: they only confirm on a GPU grader what the CPU tests graded.
+        warnings.append(f"{len(unavailable)} coding test(s) that check real GPUs (worth no "
+                        "points) were not run: this grader has none.")
+    elif unavailable and config.gpu_policy == "reweight":
         left_out = sum(o.points for o in unavailable)
         remaining = config.coding.points - left_out
         scale = config.coding.points / remaining if remaining > 0 else 1.0
@@ -108,7 +112,9 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
         message = o.message
         if o.status == "skipped":
             message = f"this test did not run ({o.message}), so it cannot count as passed"
-        output = o.output if config.show_student_output else ""
+        # Escaped first, then held to the output limit: escaping must not grow what is kept.
+        output = _inert.inert(o.output)[:config.limits.output_bytes] \
+            if config.show_student_output else ""
         if output and o.output_cut:
             output += f"\n[output cut at {config.limits.output_bytes // 1024} KiB]"
         results.append(TestResult(o.name, "coding", o.function, max_score if passed else 0.0,

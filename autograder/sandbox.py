@@ -271,7 +271,8 @@ class Zygote:
 
     def spawn(self, mode: str, module_name: str, output_path: Path, timeout: float = 60.0,
               gpus: int = 0) -> tuple[int, int, int]:
-        """Fork a worker (with `gpus` simulated GPUs when not 0); returns (pid, request fd to
+        """Fork a worker (`gpus` > 0: that many simulated GPUs; -1: CUDA hidden; see
+        sandbox_runtime/simulated_cuda.py); returns (pid, request fd to
         write, reply fd to read)."""
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()

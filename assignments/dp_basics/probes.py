@@ -66,15 +66,15 @@ class PlainMLP(nn.Module):
 
 
 class ChunkSizeModel(nn.Module):
-    """Each output row holds the size of the chunk it was computed in (reveals the split)."""
+    """Each output row is its input's first value plus the size of the chunk it was computed in
+    (reveals the split, and depends on the input)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.ones(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
-        return self.scale * torch.full((n, 1), float(n), dtype=x.dtype, device=x.device)
+        return self.scale * (x[:, :1] + float(x.shape[0]))
 
 
 class TokenModel(nn.Module):
@@ -437,6 +437,23 @@ def convert_syncbn_in_ddp(mod: Any, rank: int, world_size: int, port: int) -> di
     ddp = DistributedDataParallel(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
     _keep(ddp)
     return _attempt(lambda: _norm_report(_kept(mod.convert_to_sync_batchnorm(ddp))))
+
+
+def syncbn_in_ddp_ranks(mod: Any, rank: int, world_size: int, port: int, model: nn.Module,
+                        own: tuple) -> dict:
+    """convert_to_sync_batchnorm, then DDP on this rank's (simulated) GPU under a grader-made
+    group: one forward and backward pass on this rank's own batch, in train mode."""
+    _init_group(rank, world_size, port)
+    converted = mod.convert_to_sync_batchnorm(model)
+    device = torch.device("cuda", rank)
+    ddp = DistributedDataParallel(converted.to(device), device_ids=[rank])
+    _keep(ddp)
+    x, y = own
+    out = ddp(x)
+    mse(out, y.to(device)).backward()
+    return {"output": out, "grads": _grads(converted), "state": _state(converted),
+            "norm_types": sorted({type(m).__name__ for m in converted.modules()
+                                  if isinstance(m, nn.modules.batchnorm._NormBase)})}
 
 
 # ----------------------------------------------------------------------------- Part D

@@ -201,6 +201,82 @@ def _is_device_arg(value: Any) -> bool:
         return False
 
 
+# --------------------------------------------------------------------------- SyncBatchNorm
+# SyncBatchNorm's autograd function calls five CUDA-only kernels; these are their CPU
+# equivalents, so that its statistics really are synchronised across (gloo) ranks here.
+
+
+def _channel_view(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return t.reshape([1, -1] + [1] * (like.dim() - 2))
+
+
+def _reduced_dims(t: torch.Tensor) -> list[int]:
+    return [d for d in range(t.dim()) if d != 1]
+
+
+def _bn_stats(input: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    dims = _reduced_dims(input)
+    var = input.var(dims, unbiased=False)
+    return input.mean(dims), torch.rsqrt(var + eps)
+
+
+def _bn_gather_stats(input: torch.Tensor, mean_all: torch.Tensor, invstd_all: torch.Tensor,
+                     running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                     momentum: float, eps: float,
+                     counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    counts = counts.to(mean_all.dtype).reshape(-1, 1)
+    total = counts.sum()
+    mean = (mean_all * counts).sum(0) / total
+    var_all = invstd_all.pow(-2) - eps
+    var = ((var_all + (mean_all - mean) ** 2) * counts).sum(0) / total
+    with torch.no_grad():
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(momentum * mean.to(running_mean.dtype))
+        if running_var is not None:
+            unbiased = var * total / (total - 1)
+            running_var.mul_(1 - momentum).add_(momentum * unbiased.to(running_var.dtype))
+    return mean, torch.rsqrt(var + eps)
+
+
+def _bn_elemt(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+              mean: torch.Tensor, invstd: torch.Tensor, eps: float) -> torch.Tensor:
+    out = (input - _channel_view(mean, input)) * _channel_view(invstd, input)
+    if weight is not None:
+        out = out * _channel_view(weight, input)
+    if bias is not None:
+        out = out + _channel_view(bias, input)
+    return out
+
+
+def _bn_backward_reduce(grad_out: torch.Tensor, input: torch.Tensor, mean: torch.Tensor,
+                        invstd: torch.Tensor, weight: torch.Tensor | None, input_g: bool,
+                        weight_g: bool, bias_g: bool) -> tuple:
+    dims = _reduced_dims(input)
+    sum_dy = grad_out.sum(dims)
+    sum_dy_xmu = (grad_out * (input - _channel_view(mean, input))).sum(dims)
+    grad_weight = sum_dy_xmu * invstd if weight_g else None
+    return sum_dy, sum_dy_xmu, grad_weight, sum_dy if bias_g else None
+
+
+def _bn_backward_elemt(grad_out: torch.Tensor, input: torch.Tensor, mean: torch.Tensor,
+                       invstd: torch.Tensor, weight: torch.Tensor | None, sum_dy: torch.Tensor,
+                       sum_dy_xmu: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    total = count.sum().to(grad_out.dtype)
+    scale = invstd if weight is None else invstd * weight
+    xmu = input - _channel_view(mean, input)
+    grad = (grad_out - _channel_view(sum_dy / total, input)
+            - xmu * _channel_view(invstd ** 2 * sum_dy_xmu / total, input))
+    return grad * _channel_view(scale, input)
+
+
+# Replaced on the torch module itself: the backward pass runs where no TorchFunctionMode is.
+_KERNELS = {"batch_norm_stats": _bn_stats,
+            "batch_norm_gather_stats_with_counts": _bn_gather_stats,
+            "batch_norm_elemt": _bn_elemt,
+            "batch_norm_backward_reduce": _bn_backward_reduce,
+            "batch_norm_backward_elemt": _bn_backward_elemt}
+
+
 # --------------------------------------------------------------------------- torch.cuda
 
 
@@ -247,6 +323,7 @@ def _cuda_functions() -> dict[str, Callable]:
             "current_device": current_device, "set_device": set_device,
             "get_device_properties": get_device_properties, "get_device_name": get_device_name,
             "synchronize": noop(), "empty_cache": noop(), "init": noop(),
+            "is_current_stream_capturing": lambda: False,
             "manual_seed": noop(), "manual_seed_all": noop()}
 
 
@@ -287,8 +364,16 @@ def _ddp_init(original: Callable) -> Callable:
                 f"{device_ids}, output_device {output_device}, and module parameters {devices}.")
         if device_ids is not None and len(device_ids) > 1:
             raise ValueError("device_ids can only be None or contain a single element.")
+        # Built as a CPU module, which DDP refuses to hold SyncBatchNorm layers: a GPU module
+        # may, so that check is skipped for one.
+        check = DistributedDataParallel._passing_sync_batchnorm_handle
         with suspended():
-            original(self, module, None, None, *args, **kwargs)
+            if on_gpu:
+                DistributedDataParallel._passing_sync_batchnorm_handle = lambda *_: None
+            try:
+                original(self, module, None, None, *args, **kwargs)
+            finally:
+                DistributedDataParallel._passing_sync_batchnorm_handle = check
         if len(devices) == 1:
             place(module, next(iter(devices)))
         if on_gpu:
@@ -369,6 +454,12 @@ def _patch(owner: Any, name: str, value: Any) -> None:
 _MISSING = object()
 
 
+def hide_gpus() -> None:
+    """Make this process see no GPU, as on a CPU grader, even where the grader has some."""
+    _patch(torch.cuda, "is_available", lambda: False)
+    _patch(torch.cuda, "device_count", lambda: 0)
+
+
 def activate(count: int) -> None:
     """Turn this process into one with `count` simulated GPUs (for the rest of its life)."""
     if _state["active"]:
@@ -382,6 +473,8 @@ def activate(count: int) -> None:
            lambda t: simulated_device(t).index if simulated_device(t).type == "cuda" else -1)
     for name in ("to", "cuda", "cpu"):
         _patch(nn.Module, name, _module_move(getattr(nn.Module, name), name))
+    for name, kernel in _KERNELS.items():
+        _patch(torch, name, kernel)
     _patch(nn.DataParallel, "forward", _data_parallel_forward)
     _patch(DistributedDataParallel, "__init__", _ddp_init(DistributedDataParallel.__init__))
     _patch(dist, "init_process_group", _init_process_group(dist.init_process_group))

@@ -111,7 +111,7 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
     if gpus:  # before the student's import: module-level `torch.cuda.is_available()` sees them
         from . import simulated_cuda
 
-        simulated_cuda.activate(gpus)
+        simulated_cuda.activate(gpus) if gpus > 0 else simulated_cuda.hide_gpus()
     # Bound before the student's module runs, so that rebinding `probes.x` or `codec.encode`
     # at import changes nothing here. Defence in depth only: the grade never depends on it,
     # since every result is checked against the reference on inputs drawn by the grader.
@@ -206,7 +206,7 @@ def _load_probes() -> dict[str, Any]:
 
 def _placer(gpus: int) -> Callable[[Any], Any]:
     """With simulated GPUs, what the grader sends in starts on the (simulated) CPU."""
-    if not gpus:
+    if gpus <= 0:
         return lambda value: value
     from . import simulated_cuda
 

@@ -188,9 +188,11 @@ def test_reference_with_the_key_scores_full_marks(graded: Graded) -> None:
     assert report.score == report.max_score == 100
     excluded = [t for t in tests if t.status == "excluded"]
     if report.environment["gpus"] == 0:
-        # CPU grader: the GPU tests are left out and the others scaled up to keep 70 points.
+        # CPU grader: the real-GPU tests are left out; they are worth nothing, since every
+        # device decision is graded with simulated GPUs, so nothing is rescaled.
         assert excluded and all(t.max_score == 0 for t in excluded)
-        assert any("need a GPU" in w for w in report.warnings), report.warnings
+        assert any("check real GPUs (worth no points) were not run" in w
+                   for w in report.warnings), report.warnings
     results = json.loads((graded.out / "reference" / "results.json").read_text())
     validate(results, "gradescope_results.schema.json", "results.json")
     assert results["score"] == 100

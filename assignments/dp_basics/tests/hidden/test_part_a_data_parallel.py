@@ -71,8 +71,9 @@ def test_wrap_all_gpus(student):
     for ids in (None, []):
         out = gpus.wrap_data_parallel(nn.Linear(3, 2), ids)
         assert_wrapped(out, everything, f"with {gpus.gpus} GPUs and device_ids={ids}")
+    cpu = student.without_gpus()
     for ids in (None, []):
-        out = student.wrap_data_parallel(nn.Sequential(nn.Linear(3, 2), nn.ReLU()), ids)
+        out = cpu.wrap_data_parallel(nn.Sequential(nn.Linear(3, 2), nn.ReLU()), ids)
         assert out.identity == "arg0", (
             f"without CUDA and with device_ids={ids} the model itself must be returned, "
             f"unwrapped (got a {out.type_name})")
@@ -107,7 +108,7 @@ def test_wrap_missing_gpus(student):
     assert str(count + 2) in raised.error.message, (
         "the ValueError's message should name the GPUs that are missing")
     with raises_student("ValueError", "asking for GPU 0 on a machine without CUDA"):
-        student.wrap_data_parallel(nn.Linear(3, 2), [0])
+        student.without_gpus().wrap_data_parallel(nn.Linear(3, 2), [0])
     # The same function must still wrap what is there.
     assert_wrapped(gpus.wrap_data_parallel(nn.Linear(3, 2), [count - 1]), [count - 1],
                    f"with device_ids=[{count - 1}]", placed=False)
@@ -119,7 +120,7 @@ def test_wrap_keeps_data_parallel(student):
     gpus = student.simulated()
     wrapped = nn.DataParallel(nn.Linear(3, 2))
     for ids in (None, [], [0]):
-        for view in (student, gpus):
+        for view in (student.without_gpus(), gpus):
             out = view.wrap_data_parallel(wrapped, ids)
             assert out.identity == "arg0", (
                 f"with device_ids={ids}, a model already wrapped in DataParallel must be "
@@ -242,10 +243,15 @@ def test_emulate_matches_forward(student):
 def test_emulate_chunks(student):
     """emulate_data_parallel: runs each replica on one chunk of the chunk rule"""
     model = probes.ChunkSizeModel()
-    for batch, replicas in [(10, 4), (5, 4), (3, 8), (6, 1)]:
-        out = student.emulate_data_parallel(model, torch.zeros(batch, 2), replicas)
-        expected = [float(size) for size in chunk_rule(batch, replicas) for _ in range(size)]
-        assert out.shape == (batch, 1) and out.flatten().tolist() == expected, (
+    rng = drawn()
+    cases = [(10, 4), (5, 4), (3, 8), (6, 1)] + [(rng.randint(2, 40), rng.randint(2, 9))
+                                                  for _ in range(3)]
+    for batch, replicas in cases:
+        x = torch.randn(batch, 2)
+        out = student.emulate_data_parallel(model, x, replicas)
+        sizes = torch.tensor([float(size) for size in chunk_rule(batch, replicas)
+                              for _ in range(size)])
+        assert out.shape == (batch, 1) and close(out.flatten(), x[:, 0] + sizes), (
             f"a batch of {batch} over {replicas} replicas must be split into pieces of "
             f"{chunk_rule(batch, replicas)} rows, one per replica, and the outputs "
             "concatenated in order")

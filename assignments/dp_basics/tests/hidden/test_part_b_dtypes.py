@@ -25,6 +25,43 @@ def kinds(structure: dict) -> str:
     return kind
 
 
+def converted(value, dtype: torch.dtype):
+    """What match_input_dtype must return for `value` and a CPU model of floating `dtype`, as
+    plain containers (the form in which a probe's values come back)."""
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(converted(v, dtype) for v in value)
+    if isinstance(value, list):
+        return [converted(v, dtype) for v in value]
+    if isinstance(value, dict):
+        return {str(k): converted(v, dtype) for k, v in value.items()}
+    return value
+
+
+def same_values(got, want, where: str = "the result") -> None:
+    """Exact agreement, dtypes included, at every depth (the decoded values, not a summary)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype, (
+            f"{where}: expected a {want.dtype} tensor, got "
+            f"{got.dtype if isinstance(got, torch.Tensor) else type(got).__name__}")
+        assert torch.equal(got, want), f"{where}: the values must be the input's, cast"
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), (
+            f"{where}: expected {len(want)} items")
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            same_values(g, w, f"{where}[{i}]")
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (
+            f"{where}: expected the keys {list(want)}")
+        for key in want:
+            same_values(got[key], want[key], f"{where}[{key!r}]")
+    else:
+        assert got == want, f"{where}: objects that are not tensors must be returned as they are"
+
+
 def leaf_dtypes(structure: dict) -> list[str]:
     if structure["kind"] == "tensor":
         return [structure["dtype"]]
@@ -74,7 +111,7 @@ def test_keeps_integer_and_bool(student):
 @pytest.mark.points(1)
 def test_numpy_arrays(student):
     """match_input_dtype: turns NumPy arrays into tensors that fit the model"""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(drawn().randrange(1 << 32))
     array = rng.standard_normal((3, 4))  # float64, like most NumPy data
     out = student.match_input_dtype(array, nn.Linear(4, 1))
     assert isinstance(out, torch.Tensor), "a NumPy array must come back as a torch.Tensor"
@@ -110,14 +147,13 @@ def test_containers(student):
     assert leaf_dtypes(report["structure"]) == ["torch.float32", "torch.int64", "torch.float32",
                                                 "torch.float32", "torch.float32"], (
         "every floating tensor at any depth must be cast; integer tensors keep their dtype")
-    values = report["values"]
-    assert values["name"] == "batch" and values["count"] == 3 and values["ratio"] == 0.5 \
-        and values["nothing"] is None, "objects that are not tensors must be returned as they are"
-    assert torch.allclose(values["extra"][0]["deep"].double(), x, atol=1e-6), "values must stay"
+    same_values(report["values"], converted(inputs, torch.float32))
     # An OrderedDict stays an OrderedDict; a list stays a list.
-    report = student.probe(probes.match_dtype, OrderedDict(b=x, a=[x]), nn.Linear(3, 1))
+    ordered = OrderedDict(b=x, a=[x])
+    report = student.probe(probes.match_dtype, ordered, nn.Linear(3, 1))
     assert kinds(report["structure"]) == "OrderedDict{b: tensor, a: list[tensor]}", (
         "an OrderedDict must come back as an OrderedDict with its keys in order")
+    same_values(report["values"], converted(ordered, torch.float32))
 
 
 @pytest.mark.points(1)
@@ -133,6 +169,7 @@ def test_namedtuples(student):
     assert inner["kind"] == "Pair", "a namedtuple nested inside another must keep its type too"
     assert leaf_dtypes(structure) == ["torch.float32", "torch.int64", "torch.float32",
                                       "torch.bool"], "the namedtuple's fields must be converted"
+    same_values(report["values"], converted(batch, torch.float32))
 
 
 @pytest.mark.points(1)
@@ -169,9 +206,7 @@ def test_no_in_place_changes(student):
     # Leaving the inputs alone counts only from a function that converts them.
     assert leaf_dtypes(report["structure"]) == ["torch.float32", "torch.float32", "torch.int64",
                                                 "torch.float32"], "the result must be cast"
-    values = report["values"]
-    assert torch.allclose(values[0].double(), x, atol=1e-6) and torch.allclose(
-        values[2][0].double(), inputs[2][0], atol=1e-6), "the result must keep the values"
+    same_values(report["values"], converted(inputs, torch.float32))
 
 
 @pytest.mark.points(1)
@@ -191,8 +226,9 @@ def test_moves_to_model_gpu(student):
                                                 "torch.float32"], (
         "moving must keep the dtype rules: cast floating values, keep integers")
     values = report["device_values"]
-    assert torch.allclose(values[0].double(), x, atol=1e-6) and torch.equal(values[1], idx), (
-        "moving must keep the values")
+    assert [remote_device(t) for t in values] == [device] * 3, (
+        f"the returned tensors must live on {device}")
+    same_values(values, [x.float(), idx, torch.ones(2, dtype=torch.float32)])
 
 
 @pytest.mark.points(0)

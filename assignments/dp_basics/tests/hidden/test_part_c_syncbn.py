@@ -47,11 +47,21 @@ def test_nested_layers(student):
 def test_top_level(student):
     """convert_to_sync_batchnorm: converts a model that is itself a BatchNorm layer"""
     for layer in (nn.BatchNorm2d(3), nn.BatchNorm1d(4, affine=False)):
+        with torch.no_grad():  # drawn statistics and weights, which the conversion must keep
+            layer.running_mean.normal_()
+            layer.running_var.uniform_(0.5, 2)
+            if layer.affine:
+                layer.weight.normal_()
+                layer.bias.normal_()
         out = student.convert_to_sync_batchnorm(layer)
         assert out.type_name == "SyncBatchNorm", (
             f"converting a bare {type(layer).__name__} must return a SyncBatchNorm (got a "
             f"{out.type_name}): a top-level layer cannot be replaced in place, so return "
             "the result of the conversion")
+        tensors = {**out.parameters, **out.buffers}
+        for name, value in [*layer.named_parameters(), *layer.named_buffers()]:
+            assert name in tensors and torch.equal(tensors[name], value), (
+                f"the SyncBatchNorm must keep the layer's {name}")
 
 
 @pytest.mark.points(1)
@@ -64,8 +74,8 @@ def test_keeps_state(student):
         for name, row in before.items():
             if row["type"] not in BATCHNORMS:
                 continue
-            new = after[name]
-            assert new["type"] == "SyncBatchNorm", (
+            new = after.get(name, {})
+            assert new.get("type") == "SyncBatchNorm", (
                 f"the {row['type']} at {name!r} must become a SyncBatchNorm")
             for key in SETTINGS:
                 assert new[key] == row[key], (
@@ -134,6 +144,35 @@ def global_batch_training(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr
 
 
 @pytest.mark.points(1)
+@pytest.mark.timeout_s(150)
+def test_syncbn_statistics_across_ranks(student):
+    """convert_to_sync_batchnorm: under DDP on GPUs, statistics cover every rank's batch"""
+    gpus = student.simulated(2)
+    model = probes.TinyMLP(4, 6, 1)
+    size = drawn().randint(3, 6)
+    x, y = torch.randn(2 * size, 4), torch.randn(2 * size, 1)
+    reference = copy.deepcopy(model).double()
+    out = reference(x.double())
+    probes.mse(out, y.double()).backward()  # equal shares: the mean of the ranks' losses
+    shares = [(x[r * size:(r + 1) * size], y[r * size:(r + 1) * size]) for r in range(2)]
+    reports = gpus.run_ranks(probes.syncbn_in_ddp_ranks, 2, model, per_rank=shares)
+    for rank, report in enumerate(reports):
+        assert report["norm_types"] == ["SyncBatchNorm"], (
+            "the BatchNorm layer must become a SyncBatchNorm")
+        assert torch.allclose(report["output"].double(), out[rank * size:(rank + 1) * size],
+                              atol=1e-5), (
+            f"rank {rank}: in train mode a SyncBatchNorm normalises with the mean and variance "
+            "of every rank's samples together")
+        for name in ("bn.running_mean", "bn.running_var"):
+            assert torch.allclose(report["state"][name].double(),
+                                  reference.state_dict()[name], atol=1e-5), (
+                f"rank {rank}: {name} must be updated from the statistics of every rank's batch")
+        for name, param in reference.named_parameters():
+            assert torch.allclose(report["grads"][name].double(), param.grad, atol=1e-5), (
+                f"rank {rank}: the gradient of {name!r} must be that of the whole global batch")
+
+
+@pytest.mark.points(0)
 @pytest.mark.gpu(2)
 @pytest.mark.timeout_s(240)
 def test_syncbn_under_ddp(student):

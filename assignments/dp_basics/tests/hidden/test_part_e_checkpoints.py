@@ -1,5 +1,7 @@
 """Part E: unwrap_model, load_state_dict_flexible."""
 
+from collections import OrderedDict
+
 import pytest
 import torch
 from torch import nn
@@ -23,8 +25,14 @@ def wrapped(model: nn.Module, levels: int) -> nn.Module:
 
 
 def checkpoint(model: nn.Module, levels: int) -> dict:
-    """model's state_dict as saved from `levels` DataParallel wrappers (keeps _metadata)."""
-    return wrapped(model, levels).state_dict()
+    """model's state_dict as saved from `levels` DataParallel wrappers (keeps _metadata), its
+    keys in an order drawn for this grading: loading must go by name, never by position."""
+    saved = wrapped(model, levels).state_dict()
+    keys = list(saved)
+    drawn().shuffle(keys)
+    shuffled = OrderedDict((k, saved[k]) for k in keys)
+    shuffled._metadata = saved._metadata
+    return shuffled
 
 
 def assert_loaded(report: dict, source: nn.Module, what: str) -> None:
@@ -48,8 +56,11 @@ def test_unwrap_plain(student):
             f"a model that is not wrapped must be returned itself (got its {out.type_name} "
             "child?): only DataParallel / DistributedDataParallel are wrappers")
     # Returning the argument is right only from a function that also unwraps.
-    out = student.unwrap_model(nn.DataParallel(probes.Holder()))
-    assert out.type_name == "Holder", f"expected the Holder inside, got a {out.type_name}"
+    holder = seeded(probes.Holder, 17)
+    out = student.unwrap_model(nn.DataParallel(holder))
+    assert out.type_name == "Holder" and all(
+        torch.equal(out.parameters[n], p) for n, p in holder.named_parameters()), (
+        f"expected the Holder inside, got a {out.type_name}")
 
 
 @pytest.mark.points(1)
