@@ -633,11 +633,12 @@ def train_step_report(mod: Any, model: nn.Module, batches: list, lr: float,
             "param_devices": sorted({str(p.device) for p in model.parameters()})}
 
 
-def _init_gpu_group(rank: int, world_size: int, port: int) -> torch.device:
-    """The grader's own nccl group on real GPUs, this rank on cuda:rank."""
-    device = torch.device("cuda", rank)
+def _init_gpu_group(rank: int, world_size: int, port: int, index: int | None = None,
+                    backend: str = "nccl") -> torch.device:
+    """The grader's own group on real GPUs, this rank on cuda:index (default cuda:rank)."""
+    device = torch.device("cuda", rank if index is None else index)
     torch.cuda.set_device(device)
-    _init_group(rank, world_size, port, backend="nccl")
+    _init_group(rank, world_size, port, backend=backend)
     return device
 
 
@@ -655,15 +656,17 @@ def wrap_ddp_gpu_rank(mod: Any, rank: int, world_size: int, port: int,
 
 
 def syncbn_under_ddp(mod: Any, rank: int, world_size: int, port: int, model: nn.Module,
-                     inputs: torch.Tensor, targets: torch.Tensor, lr: float, steps: int) -> dict:
-    """On real GPUs: convert_to_sync_batchnorm(model), then the grader's own nccl group, DDP
-    wrapper and SGD steps on this rank's share of the batch."""
-    device = _init_gpu_group(rank, world_size, port)
+                     inputs: torch.Tensor, targets: torch.Tensor, lr: float, steps: int,
+                     devices: list[int], backend: str) -> dict:
+    """On real GPUs: convert_to_sync_batchnorm(model), then the grader's own group (`backend`),
+    DDP wrapper on cuda:devices[rank] and SGD steps on this rank's share of the batch. Ranks may
+    share a GPU under gloo (nccl refuses two ranks on one device)."""
+    device = _init_gpu_group(rank, world_size, port, devices[rank], backend)
     converted = mod.convert_to_sync_batchnorm(model)
     report: dict[str, Any] = {
         "norm_types": sorted({type(m).__name__ for m in converted.modules()
                               if isinstance(m, nn.modules.batchnorm._NormBase)})}
-    ddp = _kept(DistributedDataParallel(converted.to(device), device_ids=[rank]))
+    ddp = _kept(DistributedDataParallel(converted.to(device), device_ids=[device.index]))
     share = inputs.shape[0] // world_size
     x = inputs[rank * share:(rank + 1) * share].to(device)
     y = targets[rank * share:(rank + 1) * share].to(device)
