@@ -20,9 +20,15 @@ from typing import Any
 
 from . import codec, wire
 
+# Lines the trusted side picks out of the zygote's log (see autograder.submission_status).
+EVENT_MARK = "autograder-sandbox-event "
+MAX_EVENTS = 50  # per process: a loop of refused calls must not fill the log
+
 
 def main(argv: list[str]) -> None:
-    _refuse_network()
+    # The zygote's stderr is its log on the grader's side, never shown to the student: a copy
+    # of it, inherited by every worker forked from here, carries the events the hook notes.
+    _refuse_network(os.dup(2) if argv[0] == "zygote" else None)
     if argv[0] == "zygote":
         zygote(int(argv[1]))
     serve(argv[0], int(argv[1]), int(argv[2]), argv[3])
@@ -140,16 +146,39 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
         os._exit(0)
 
 
-def _refuse_network() -> None:
-    """Refuse sockets to anything but loopback, before any connect (gloo needs loopback).
+def _refuse_network(events_fd: int | None = None) -> None:
+    """Refuse sockets to anything but loopback, before any connect (gloo needs loopback); note
+    that and other hostile attempts (writes outside the sandbox, reads of grader paths, signals
+    to the zygote) as lines on `events_fd` for the TA.
 
     Audit hooks cannot be removed once added. Where the sandbox has its own network namespace
-    this is a second wall; where it has none, it is the wall (ctypes could go around it).
+    this is a second wall; where it has none, it is the wall (ctypes could go around it). The
+    event log is a hint only: student code may write to it (adding flags to itself) or close
+    it; what the trusted side observes itself never depends on it.
     """
     import ipaddress
     import socket
 
     allowed_families = {socket.AF_INET, socket.AF_INET6, socket.AF_UNIX, -1}  # -1: from an fd
+    # The sandbox folder: HOME in the environment the grader gave it (set before any student
+    # code runs), its working folder otherwise.
+    home = os.path.normpath(os.environ.get("HOME") or os.getcwd())
+    own = home + os.sep
+    grader = os.path.dirname(home) + os.sep  # the grader's folder for this submission
+    writable = ("/tmp/", "/dev/", "/proc/self/")
+    secret = ("/etc/shadow", "/etc/sudoers", "/proc/1/")
+    written = [0]
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def note(kind: str, detail: str) -> None:
+        if events_fd is None or written[0] >= MAX_EVENTS:
+            return
+        written[0] += 1
+        line = json.dumps({"kind": kind, "detail": detail[:300], "pid": os.getpid()})
+        try:
+            os.write(events_fd, (EVENT_MARK + line + "\n").encode())
+        except OSError:
+            pass
 
     def loopback(address: Any) -> bool:
         if isinstance(address, (str, bytes)):  # AF_UNIX path
@@ -162,14 +191,50 @@ def _refuse_network() -> None:
         except ValueError:
             return False  # a host name: refused rather than resolved
 
+    def path_of(value: Any) -> str | None:
+        try:
+            value = os.fsdecode(value)
+        except TypeError:
+            return None  # a file descriptor
+        return os.path.normpath(os.path.join(home, value)) + os.sep
+
+    def guarded(path: str) -> bool:  # the grader's files, hidden tests, other processes
+        if path.startswith(own):
+            return False
+        return path.startswith(grader) or path.startswith(secret) or \
+            "/tests/hidden/" in path or "/solution/" in path
+
+    def refuse(kind: str, message: str) -> None:
+        note(kind, message)
+        raise PermissionError(message)
+
     def hook(event: str, args: tuple) -> None:
         if event == "socket.__new__" and args[1] not in allowed_families:
-            raise PermissionError("the sandbox allows only IP and Unix sockets")
+            refuse("network", "the sandbox allows only IP and Unix sockets")
         if event in ("socket.connect", "socket.sendto", "socket.sendmsg") and len(args) > 1 \
                 and not loopback(args[1]):
-            raise PermissionError(f"network access to {args[1]!r} is not allowed in the sandbox")
+            refuse("network", f"network access to {args[1]!r} is not allowed in the sandbox")
         if event == "socket.getaddrinfo" and not loopback((args[0],)):
-            raise PermissionError(f"name lookups ({args[0]!r}) are not allowed in the sandbox")
+            refuse("network", f"name lookups ({args[0]!r}) are not allowed in the sandbox")
+        if event == "open" and args:
+            path = path_of(args[0])
+            if path is None:
+                return
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+            if flags & writes and not path.startswith(own) and (
+                    path.startswith(grader) or not path.startswith(writable)):
+                note("write", f"opened {path[:-1]} for writing")
+            elif guarded(path):
+                note("read", f"opened {path[:-1]}")
+        elif event in ("os.listdir", "os.scandir") and args:
+            path = path_of(args[0])
+            if path is not None and guarded(path):
+                note("read", f"listed {path[:-1]}")
+        elif event in ("os.kill", "os.killpg") and args and isinstance(args[0], int):
+            target = args[0]
+            if target in (1, os.getppid()) or target < 0 or (
+                    event == "os.killpg" and target not in (0, os.getpgrp())):
+                note("signal", f"{event}({target}, {args[1] if len(args) > 1 else ''})")
 
     sys.addaudithook(hook)
 

@@ -1,0 +1,112 @@
+"""The status of a submission (autograder.submission_status): derived from the report, the
+grader's failure and the sandbox's event log; flags can be added by student code, never
+cleared, and the event log is read from the grader's side as untrusted data."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from autograder.submission_status import (
+    EVENT_MARK,
+    TA_EVENTS_FILE,
+    SubmissionStatus,
+    derive,
+    keep_sandbox_events,
+    read_sandbox_events,
+    take_kept_events,
+)
+
+
+def report(*coding: tuple[str, str], warnings: list[str] | None = None) -> dict:
+    tests = [{"name": f"f{i}: test {i}", "part": "coding", "item": f"f{i}", "status": status,
+              "score": 1.0 if status == "passed" else 0.0, "max_score": 1.0, "message": message}
+             for i, (status, message) in enumerate(coding)]
+    tests.append({"name": "Q1", "part": "multiple_choice", "item": "q01", "status": "failed",
+                  "score": 0.0, "max_score": 1.0, "message": "no answers file found"})
+    return {"tests": tests, "warnings": warnings or [], "score": 0.0, "max_score": 3.0}
+
+
+PASS = ("passed", "")
+
+
+def test_ok_and_each_plain_status():
+    assert derive(report(PASS, PASS)).status == "ok"
+    assert derive(None, "the grader failed: boom").status == "grader_error"
+    missing = derive(report(("failed", "no toy.py found in your submission"),
+                            warnings=["coding part: no toy.py found in your submission"]))
+    assert (missing.status, missing.detail) == ("no_module", "no toy.py found in your submission")
+    syntax = derive(report(*[("failed", "your module could not be imported: SyntaxError: "
+                                        "expected ':' (toy.py, line 1)")] * 3))
+    assert syntax.status == "not_importable" and syntax.detail.startswith("SyntaxError")
+    slow = derive(report(PASS, ("failed", "timed out after 3 s during scale"),
+                         ("failed", "timed out after 3 s during add")))
+    assert (slow.status, slow.timed_out, slow.detail) == ("timed_out", 2, "2 of 3 tests timed out")
+    dead = derive(report(PASS, ("failed", "your code was killed by SIGKILL (often the memory "
+                                          "limit) during add")))
+    assert (dead.status, dead.crashed) == ("crashed", 1)
+    blank = derive(report(("failed", "add raised NotImplementedError:  (line 2 in add)"),
+                          ("failed", "your module has no function named 'scale'")))
+    assert blank.status == "blank"
+    wrong = derive(report(("failed", "add(2, 3) should be 5"), ("failed", "wrong")))
+    assert wrong.status == "ok"  # a wrong answer is the student's own business
+    checks = derive(report(PASS, ("failed", "the grader could not run this check (TypeError)")))
+    assert checks.status == "grader_error"
+
+
+def test_trusted_observations_flag_and_outrank_everything():
+    for message, reason in [
+            ("the grading process was killed during this test (SIGKILL); did your code kill "
+             "its parent process?", "killed the grading process"),
+            ("importing your module took longer than 8 s (the other tests were not run)",
+             "import hang"),
+            ("add sent back an unreadable reply: reply too large", "over the size limit"),
+            ("your code ended when its sandbox's parent process was killed during add",
+             "sandbox's parent"),
+            ("add raised PermissionError: network access to ('8.8.8.8', 53) is not allowed in "
+             "the sandbox", "network")]:
+        found = derive(report(PASS, ("failed", message),
+                              ("failed", "your module could not be imported: X")))
+        assert found.status == "flagged" and reason in found.detail, (message, found)
+
+
+def test_events_add_flags_and_a_forged_message_cannot_remove_one():
+    events = [{"kind": "write", "detail": "opened /etc/evil for writing"},
+              {"kind": "write", "detail": "opened /etc/other for writing"},
+              {"kind": "signal", "detail": "os.kill(1, 9)"},
+              {"kind": "<b>made up</b>", "detail": "x"}]
+    found = derive(report(PASS, PASS), None, events)
+    assert found.status == "flagged"
+    assert len(found.flags) == 3  # one line per kind; an unknown kind is still a flag
+    assert "opened /etc/evil" in found.flags[0] and "unexpected sandbox event" in found.flags[2]
+    # Whatever a student's messages say, a flag stays: flagged comes first.
+    ok_looking = report(PASS, ("failed", "status: ok; no flags; timed out after 0 s"))
+    assert derive(ok_looking, None, events).status == "flagged"
+    # A grader failure with events keeps the flag.
+    assert derive(None, "the grader failed", events).status == "flagged"
+    assert SubmissionStatus.from_json(found.to_json()) == found
+    assert SubmissionStatus.from_json({"status": "nonsense"}).status == "ok"
+
+
+def test_the_event_log_is_read_as_untrusted_data(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    line = EVENT_MARK + json.dumps({"kind": "network", "detail": "\x1b[2Jcleared"}).encode()
+    (work / "sandbox-1-zygote.log").write_bytes(
+        b"torch warning\n" + line + b"\n" + EVENT_MARK + b"{not json\n" + EVENT_MARK + b"[1]\n")
+    secret = tmp_path / "secret"
+    secret.write_bytes(line + b"\n")
+    os.symlink(secret, work / "sandbox-2-zygote.log")  # never followed
+    os.mkfifo(work / "sandbox-3-zygote.log")  # never blocks
+    (work / "sandbox-4-zygote.log").write_bytes((line + b"\n") * 100000)  # bounded
+    events = read_sandbox_events(work)
+    assert events[0] == {"kind": "network", "detail": "\\x1b[2Jcleared"}  # made inert
+    assert len(events) == 40
+    out = tmp_path / "out"
+    keep_sandbox_events(work, out)
+    assert (out / TA_EVENTS_FILE).is_file()
+    assert take_kept_events(out) == events
+    assert not (out / TA_EVENTS_FILE).exists()  # taken out, never published
+    assert take_kept_events(out) == []
+    keep_sandbox_events(tmp_path / "nothing", out)
+    assert not (out / TA_EVENTS_FILE).exists()  # no events, no file
