@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 
 def report_folder(sid: str) -> str:
@@ -97,3 +98,10 @@ class GradedSubmission:
     seconds: float
     history: int = 1  # how many runs the gradebook holds for this submission
     extra: dict = field(default_factory=dict)
+    status: Any = None  # submission_status.SubmissionStatus; derived from the report if None
+
+    def __post_init__(self) -> None:
+        if self.status is None:
+            from .submission_status import derive
+
+            self.status = derive(self.report, self.error)

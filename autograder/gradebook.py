@@ -16,13 +16,14 @@ from pathlib import Path
 
 from .batch_records import ClassSubmission, GradedSubmission, GradeOutcome, LateStatus, Submitter
 from .inert import clip, inert
+from .submission_status import SubmissionStatus, derive
 
 # One run's stored report: a report is a few hundred KiB at most (report.MAX_FILE_BYTES); one
 # from elsewhere (an old worker, Ray) is cut down to fit rather than stored whole.
 MAX_REPORT_CHARS = 1 << 20
 MAX_TEXT_CHARS = 4000  # the error and each outcome message
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: runs.status (a SubmissionStatus as JSON)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS submissions (
@@ -45,7 +46,8 @@ CREATE TABLE IF NOT EXISTS runs (
     raw_score REAL,
     max_score REAL,
     error TEXT,                         -- the grader's own failure, not the student's
-    report TEXT                         -- report.json's content
+    report TEXT,                        -- report.json's content
+    status TEXT                         -- JSON SubmissionStatus: what the TA should know
 );
 CREATE INDEX IF NOT EXISTS runs_by_submission ON runs (submission_key, id);
 CREATE TABLE IF NOT EXISTS outcomes (
@@ -80,9 +82,32 @@ class Gradebook:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        elif int(row[0]) == 1:
+            self._migrate_from_1()
         elif int(row[0]) != SCHEMA_VERSION:
             raise GradebookError(f"{path} has gradebook schema version {row[0]}; this grader "
                                  f"reads version {SCHEMA_VERSION}")
+
+    def _migrate_from_1(self) -> None:
+        """Version 1 had no status: add the column and derive each run's status from its
+        stored report and error (the sandbox events of those runs were not kept), in one
+        transaction."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+            if "status" not in columns:
+                self.db.execute("ALTER TABLE runs ADD COLUMN status TEXT")
+            for run_id, report, error in self.db.execute(
+                    "SELECT id, report, error FROM runs").fetchall():
+                status = derive(json.loads(report) if report else None, error)
+                self.db.execute("UPDATE runs SET status=? WHERE id=?",
+                                (json.dumps(status.to_json()), run_id))
+            self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                            (str(SCHEMA_VERSION),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -111,10 +136,13 @@ class Gradebook:
 
     def record(self, submission: ClassSubmission, assignment: str, outcome: GradeOutcome,
                content_hash: str, grader_version: str, assignment_version: str,
-               late: LateStatus | None) -> int:
-        """Add one run (all of it or, if interrupted, none of it); returns its id."""
+               late: LateStatus | None, status: SubmissionStatus | None = None) -> int:
+        """Add one run (all of it or, if interrupted, none of it); returns its id. `status`
+        defaults to what the outcome alone says (no sandbox events)."""
         report = _bounded_report(outcome.report)
         error = clip(inert(outcome.error), MAX_TEXT_CHARS) if outcome.error is not None else None
+        if status is None:
+            status = derive(outcome.report, error)
         score = raw = max_score = None
         if report is not None:
             score, max_score = report["score"], report["max_score"]
@@ -131,11 +159,12 @@ class Gradebook:
             run_id = self.db.execute(
                 "INSERT INTO runs (submission_key, assignment, content_hash, grader_version, "
                 "assignment_version, late, graded_at, seconds, worker, score, raw_score, "
-                "max_score, error, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "max_score, error, report, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (submission.key, assignment, content_hash, grader_version, assignment_version,
                  _late_json(late), now, round(outcome.seconds, 3), outcome.worker, score, raw,
-                 max_score, error,
-                 json.dumps(report) if report is not None else None)).lastrowid
+                 max_score, error, json.dumps(report) if report is not None else None,
+                 json.dumps(status.to_json()))).lastrowid
             for position, t in enumerate((report or {}).get("tests", [])):
                 self.db.execute(
                     "INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -152,7 +181,7 @@ class Gradebook:
         rows = self.db.execute(
             "SELECT s.key, s.created_at, s.submitters, r.id, r.report, r.score, r.raw_score, "
             "r.max_score, r.late, r.error, r.graded_at, r.seconds, "
-            "(SELECT COUNT(*) FROM runs h WHERE h.submission_key = s.key) "
+            "(SELECT COUNT(*) FROM runs h WHERE h.submission_key = s.key), r.status "
             "FROM submissions s JOIN runs r ON r.id = "
             "(SELECT MAX(id) FROM runs WHERE submission_key = s.key) ORDER BY s.key").fetchall()
         found = {row[0]: _graded(row) for row in rows}
@@ -161,12 +190,31 @@ class Gradebook:
         return [found[k] for k in keys if k in found]
 
     def history(self, key: str) -> list[dict]:
-        """Every run of one submission, oldest first (without the full reports)."""
+        """Every run of one submission, oldest first (without the full reports): id,
+        graded_at, score, raw_score, max_score, error, the versions, status (a dict) and
+        tests ({name: (status, score)} from the run's outcomes)."""
         cursor = self.db.execute(
-            "SELECT id, graded_at, score, max_score, error, content_hash, grader_version, "
-            "assignment_version FROM runs WHERE submission_key=? ORDER BY id", (key,))
+            "SELECT id, graded_at, score, raw_score, max_score, error, content_hash, "
+            "grader_version, assignment_version, status FROM runs WHERE submission_key=? "
+            "ORDER BY id", (key,))
         names = [c[0] for c in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        runs = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for run in runs:
+            run["status"] = SubmissionStatus.from_json(
+                json.loads(run["status"]) if run["status"] else None).to_json()
+            run["tests"] = {name: (status, score) for name, status, score in self.db.execute(
+                "SELECT name, status, score FROM outcomes WHERE run_id=? ORDER BY position",
+                (run["id"],))}
+        return runs
+
+    def keys_of(self, who: str) -> list[str]:
+        """The submissions whose key is `who` or whose submitters include the sid `who`."""
+        found = []
+        for key, submitters in self.db.execute("SELECT key, submitters FROM submissions "
+                                               "ORDER BY key"):
+            if key == who or any(s.get("sid") == who for s in json.loads(submitters)):
+                found.append(key)
+        return found
 
     def run_count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
@@ -191,7 +239,7 @@ def _late_json(late: LateStatus | None) -> str | None:
 
 def _graded(row: tuple) -> GradedSubmission:
     (key, created, submitters, run_id, report, score, raw, max_score, late, error, graded_at,
-     seconds, runs) = row
+     seconds, runs, status) = row
     submission = ClassSubmission(
         key=key, path=Path(), submitters=[Submitter(**s) for s in json.loads(submitters)],
         created_at=datetime.fromisoformat(created) if created else None)
@@ -199,4 +247,6 @@ def _graded(row: tuple) -> GradedSubmission:
         submission=submission, run_id=run_id, report=json.loads(report) if report else None,
         score=score or 0.0, raw_score=raw or 0.0, max_score=max_score or 0.0,
         late=LateStatus(**json.loads(late)) if late else None, error=error,
-        graded_at=graded_at, seconds=seconds, history=runs)
+        graded_at=graded_at, seconds=seconds, history=runs,
+        status=SubmissionStatus.from_json(json.loads(status) if status else None)
+        if status else derive(json.loads(report) if report else None, error))

@@ -3,20 +3,23 @@
 Both are written from the gradebook's latest run of each submission (`GradedSubmission`), one row
 per student: a group submission gives each member the group's scores.
 
-- `write_grades_csv`: everything a TA checks by hand: identity, totals (after and before the late
-  penalty), the penalty, each part, each question (in the question bank's order) and each hidden
-  test (grouped by function, in grading.yml's order, then in the suite's order), the status and
-  when it was graded. Item columns hold the points scored before any late penalty; a blank cell is
-  an item that did not count (a GPU test left out on a grader without one) or a submission the
-  grader failed on.
+- `write_grades_csv`: what a TA sorts and filters in a spreadsheet: sid, name, email, the
+  submission's status (see autograder.submission_status: ok, blank, no_module, not_importable,
+  timed_out, crashed, grader_error, flagged), the totals (after and before the late penalty), the
+  penalty and whole minutes late, each part, each function (coding points per function, in
+  grading.yml's order), each question (in the question bank's order); with `detail`, each hidden
+  test too (grouped by function, then in the suite's order; a test no submission ran, such as a
+  GPU test on graders without one, gets no column). Then the status's reason, the submission
+  and when it was graded. Points have at most 2 decimals; a blank cell is an item that did not
+  count or a submission the grader failed on.
 - `write_gradescope_scores_csv`: what Gradescope's "Import scores" (an assignment's uploaded
   scores) takes: a header row, students matched by `Email` (or `SID`), and the score in
   `Total Score`, with the column names of Gradescope's own grade export. Grader failures are left
   out (a blank is not a zero; the TA regrades them), and so is any student it cannot match.
 
 Cells are text a spreadsheet may open: a text cell that would start a formula (`=`, `+`, `-`,
-`@`, a tab or a carriage return) gets a leading `'`, since names and folder names can come from
-students.
+`@`, a tab or a carriage return) gets a leading `'`, since names, folder names and reasons can
+come from students.
 """
 
 from __future__ import annotations
@@ -30,17 +33,17 @@ from .assignment import Assignment
 from .batch_records import GradedSubmission, Submitter
 from .results import PARTS
 
-IDENTITY = ["sid", "name", "email", "submission"]
+IDENTITY = ["sid", "name", "email"]
 TOTALS = ["status", "total", "raw_total", "max_score", "late_penalty_pct", "minutes_late"]
-TRAILER = ["graded_at", "error"]
+TRAILER = ["reason", "submission", "graded_at"]
 GRADESCOPE_COLUMNS = ["Name", "SID", "Email", "Total Score"]
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 
 
-def number(value: float) -> str:
-    """A score as spreadsheets read it: at most 4 decimals, no trailing zeros ('8.5714', '10')."""
-    text = f"{value:.4f}".rstrip("0").rstrip(".")
+def number(value: float, digits: int = 2) -> str:
+    """A score as spreadsheets read it: at most 2 decimals, no trailing zeros ('8.57', '10')."""
+    text = f"{value:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{value:.0f}"
     return "0" if text in ("", "-0") else text
 
 
@@ -63,59 +66,87 @@ def question_columns(assignment: Assignment) -> list[tuple[str, str]]:
     return [(q.title, q.id) for q in assignment.bank.questions]
 
 
+def function_columns(rows: list[GradedSubmission], assignment: Assignment) -> list[str]:
+    """The functions of grading.yml, in its order, then any other a report names."""
+    functions = list(assignment.config.functions)
+    for row in rows:
+        for test in (row.report or {}).get("tests", []):
+            if test["part"] == "coding" and test["item"] not in functions:
+                functions.append(test["item"])
+    return functions
+
+
 def test_columns(rows: list[GradedSubmission], assignment: Assignment) -> list[str]:
-    """The hidden tests' names found in the reports: grouped by the function they check, in
-    grading.yml's order (unknown functions last), then in the order the suite ran them."""
+    """The hidden tests' names found in the reports, but those no submission ran (excluded
+    everywhere): grouped by the function they check, in grading.yml's order (unknown
+    functions last), then in the order the suite ran them."""
     seen: dict[str, str] = {}  # name -> function, in order of first appearance
+    ran: set[str] = set()
     for row in sorted(rows, key=lambda r: r.submission.key):
         for test in (row.report or {}).get("tests", []):
             if test["part"] == "coding":
                 seen.setdefault(test["name"], test["item"])
+                if test["status"] != "excluded":
+                    ran.add(test["name"])
+    seen = {name: function for name, function in seen.items() if name in ran}
     functions = list(assignment.config.functions)
     rank = {name: i for i, name in enumerate(functions)}
     order = {name: i for i, name in enumerate(seen)}
     return sorted(seen, key=lambda n: (rank.get(seen[n], len(functions)), order[n]))
 
 
-def grades_header(rows: list[GradedSubmission], assignment: Assignment) -> list[str]:
+def grades_header(rows: list[GradedSubmission], assignment: Assignment,
+                  detail: bool = False) -> list[str]:
+    tests = test_columns(rows, assignment) if detail else []
     return (IDENTITY + TOTALS + [f"part:{p}" for p in PARTS]
+            + [f"fn:{f}" for f in function_columns(rows, assignment)]
             + [title for title, _ in question_columns(assignment)]
-            + [f"test:{name}" for name in test_columns(rows, assignment)] + TRAILER)
+            + [f"test:{name}" for name in tests] + TRAILER)
 
 
-def _item_cells(report: dict | None, assignment: Assignment, tests: list[str]) -> list[str]:
+def _item_cells(report: dict | None, assignment: Assignment, functions: list[str],
+                tests: list[str]) -> list[str]:
     if report is None:
-        return [""] * (len(PARTS) + len(assignment.bank.questions) + len(tests))
+        return [""] * (len(PARTS) + len(functions) + len(assignment.bank.questions) + len(tests))
     parts = {p["name"]: p["score"] for p in report["parts"]}
     questions = {t["item"]: t for t in report["tests"] if t["part"] == "multiple_choice"}
     coding = {t["name"]: t for t in report["tests"] if t["part"] == "coding"}
+    by_function: dict[str, float] = {}
+    for test in coding.values():
+        if test["status"] != "excluded":
+            by_function[test["item"]] = by_function.get(test["item"], 0.0) + test["score"]
 
     def cell(test: dict | None) -> str:
         return "" if test is None or test["status"] == "excluded" else number(test["score"])
 
     return ([number(parts[p]) if p in parts else "" for p in PARTS]
+            + [number(by_function[f]) if f in by_function else "" for f in functions]
             + [cell(questions.get(qid)) for _, qid in question_columns(assignment)]
             + [cell(coding.get(name)) for name in tests])
 
 
-def write_grades_csv(rows: list[GradedSubmission], assignment: Assignment, path: Path) -> int:
-    """Write grades.csv, one row per student, sorted by sid; returns the number of rows."""
-    tests = test_columns(rows, assignment)
-    header = grades_header(rows, assignment)
+def write_grades_csv(rows: list[GradedSubmission], assignment: Assignment, path: Path,
+                     detail: bool = False) -> int:
+    """Write grades.csv, one row per student, sorted by sid; returns the number of rows.
+    With `detail`, a column per hidden test as well."""
+    tests = test_columns(rows, assignment) if detail else []
+    functions = function_columns(rows, assignment)
+    header = grades_header(rows, assignment, detail)
     lines = []
     for row, student in members(rows):
         graded = row.report is not None and row.error is None
         late = row.late
+        status = row.status
         lines.append(
             [safe_text(student.sid), safe_text(student.name), safe_text(student.email),
-             safe_text(row.submission.key), "graded" if graded else "error",
+             status.status,
              number(row.score) if graded else "", number(row.raw_score) if graded else "",
              number(row.max_score) if graded else "",
              number(late.penalty * 100) if late else "0",
-             number(late.minutes_late) if late else "0"]
-            + _item_cells(row.report if graded else None, assignment, tests)
-            + [row.graded_at, safe_text(row.error or "")])
-    lines.sort(key=lambda line: (line[0], line[3]))
+             number(late.minutes_late, 0) if late else "0"]
+            + _item_cells(row.report if graded else None, assignment, functions, tests)
+            + [safe_text(status.detail), safe_text(row.submission.key), row.graded_at])
+    lines.sort(key=lambda line: (line[0], line[-2]))
     _write(path, header, lines)
     return len(lines)
 
@@ -145,7 +176,7 @@ def write_gradescope_scores_csv(rows: list[GradedSubmission], path: Path) -> lis
             if newer is other:
                 continue
         chosen[identity] = (row, student)
-    lines = [[safe_text(s.name), safe_text(s.sid), safe_text(s.email), number(r.score)]
+    lines = [[safe_text(s.name), safe_text(s.sid), safe_text(s.email), number(r.score, 4)]
              for r, s in chosen.values()]
     lines.sort(key=lambda line: (line[1], line[2]))
     _write(path, GRADESCOPE_COLUMNS, lines)

@@ -1,0 +1,85 @@
+"""The gradebook's status column: recorded with each run, read back with the latest runs and
+the history, and derived for the runs of a version-1 gradebook when it is first opened."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autograder.batch_records import ClassSubmission, GradeOutcome, Submitter
+from autograder.gradebook import _SCHEMA, SCHEMA_VERSION, Gradebook, GradebookError
+from autograder.submission_status import SubmissionStatus
+
+SYNTAX = "your module could not be imported: SyntaxError: expected ':' (toy.py, line 1)"
+
+
+def report(status: str, message: str = "", score: float = 0.0) -> dict:
+    return {"score": score, "max_score": 1.0, "warnings": [], "late": None, "tests": [
+        {"name": "add: adds", "part": "coding", "item": "add", "status": status,
+         "score": score, "max_score": 1.0, "message": message}]}
+
+
+def submission(key: str = "alice") -> ClassSubmission:
+    return ClassSubmission(key, Path("x"), [Submitter("Alice", "s1", "a@x")])
+
+
+def test_status_is_recorded_and_read_back(tmp_path):
+    with Gradebook(tmp_path / "g.sqlite") as book:
+        book.record(submission(), "toy", GradeOutcome("alice", report("failed", SYNTAX), None,
+                                                      1.0), "h1", "g", "a", None)
+        flagged = SubmissionStatus("flagged", "tried the network (refused)",
+                                   ["tried the network (refused)"])
+        book.record(submission(), "toy", GradeOutcome("alice", report("passed", score=1.0),
+                                                      None, 1.0), "h2", "g", "a", None, flagged)
+        latest = book.latest()[0]
+        assert latest.status == flagged
+        runs = book.history("alice")
+        assert [r["status"]["status"] for r in runs] == ["not_importable", "flagged"]
+        assert runs[0]["tests"] == {"add: adds": ("failed", 0.0)}
+        assert book.keys_of("s1") == book.keys_of("alice") == ["alice"]
+        assert book.keys_of("nobody") == []
+
+
+def test_a_version_1_gradebook_is_migrated_in_place(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    old_schema = re.sub(r"\n\s*status TEXT +-- JSON[^\n]*", "", _SCHEMA.replace("report TEXT,",
+                                                                         "report TEXT "))
+    assert "SubmissionStatus" not in old_schema
+    db.executescript(old_schema)
+    db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    db.execute("INSERT INTO submissions VALUES ('bob', NULL, ?)",
+               (json.dumps([{"name": "Bob", "sid": "s2", "email": ""}]),))
+    for content, text, error in (("h1", json.dumps(report("failed", SYNTAX)), None),
+                                 ("h2", None, "the grader failed: boom")):
+        db.execute("INSERT INTO runs (submission_key, assignment, content_hash, grader_version, "
+                   "assignment_version, graded_at, seconds, worker, error, report) VALUES "
+                   "('bob', 'toy', ?, 'g', 'a', '2025-01-01T00:00:00+00:00', 1, 'w', ?, ?)",
+                   (content, error, text))
+    db.commit()
+    db.close()
+    with Gradebook(path) as book:
+        assert [r["status"]["status"] for r in book.history("bob")] == \
+            ["not_importable", "grader_error"]
+        assert book.latest()[0].status.status == "grader_error"
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == \
+        str(SCHEMA_VERSION)
+    db.close()
+    with Gradebook(path) as book:  # opened again: nothing left to migrate
+        assert len(book.history("bob")) == 2
+
+
+def test_a_newer_gradebook_is_refused(tmp_path):
+    path = tmp_path / "new.sqlite"
+    Gradebook(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(GradebookError, match="schema version 99"):
+        Gradebook(path)
