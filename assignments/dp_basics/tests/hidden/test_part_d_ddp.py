@@ -95,6 +95,21 @@ def training_case(seed: int = 5):
     return probes.PlainMLP(), probes.RegressionData(32, seed=seed)
 
 
+def sampler_orders(n: int, world_size: int, epochs: int = 1, **kwargs) -> list[list[list[int]]]:
+    """Each rank's samples, per epoch, as DistributedSampler (with set_epoch) gives them."""
+    from torch.utils.data import DistributedSampler
+
+    orders = []
+    for rank in range(world_size):
+        sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, **kwargs)
+        per_epoch = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            per_epoch.append(list(sampler))
+        orders.append(per_epoch)
+    return orders
+
+
 def flat(batches) -> list[int]:
     return [int(i) for batch in batches for i in batch.tolist()]
 
@@ -145,7 +160,8 @@ def test_setup_two_ranks(student):
 def test_setup_gpu_per_rank(student):
     """setup_ddp: picks nccl and pins cuda:rank before the rendezvous when every rank has a GPU"""
     gpus = student.simulated()
-    world_size = drawn().randint(1, min(gpus.gpus, 3))
+    # Two ranks at least: rank 0's GPU is the current device even when nothing was pinned.
+    world_size = drawn().randint(2, min(gpus.gpus, 3))
     values = values_for(world_size)
     reports = gpus.run_ranks(probes.setup_ranks, world_size, {}, per_rank=values)
     for rank, report in enumerate(reports):
@@ -343,8 +359,10 @@ def test_wrap_ddp_cuda(student):
 @pytest.mark.points(1)
 def test_loader_batch_size(student):
     """make_distributed_loader: gives each rank global_batch_size // world_size samples"""
+    rng = drawn()
     for world_size, global_batch in [(2, 8), (4, 8), (3, 3)]:
-        report = student.probe(probes.loader_report, probes.IndexData(24), global_batch,
+        n = global_batch * rng.randint(2, 5)
+        report = student.probe(probes.loader_report, probes.IndexData(n), global_batch,
                                world_size, {"shuffle": False})
         per_rank = global_batch // world_size
         for rank, row in enumerate(report["ranks"]):
@@ -402,6 +420,8 @@ def test_loader_disjoint(student):
         assert set(everything) == set(range(n)), (
             f"together the {world_size} ranks must see every sample of the dataset")
         assert len({len(s) for s in shares}) == 1, "every rank must get an equal share"
+        assert shares == [o[0] for o in sampler_orders(n, world_size, **kwargs)], (
+            f"each rank's share must be the one DistributedSampler gives it ({kwargs})")
         if n % world_size == 0:
             assert len(everything) == n, (
                 f"with {n} samples over {world_size} ranks ({kwargs}), no sample may be seen by "
@@ -434,6 +454,11 @@ def test_loader_shuffle_seed(student):
         "shuffle=True must shuffle")
     assert order != [flat(row["epochs"][1]) for row in first["ranks"]], (
         "after the DistributedSampler's set_epoch(1) the order must change")
+    expected = sampler_orders(40, 2, 2, shuffle=True, seed=seed)
+    for rank, row in enumerate(first["ranks"]):
+        assert [flat(epoch) for epoch in row["epochs"]] == expected[rank], (
+            f"rank {rank}: every epoch's order must be the DistributedSampler's with the given "
+            "seed (the grader calls set_epoch before each epoch)")
     assert [flat(row["epochs"][0]) for row in plain["ranks"]] == [
         list(range(r, 40, 2)) for r in range(2)], (
         "with shuffle=False, DistributedSampler gives rank r the samples r, r + world_size, ...")
@@ -442,17 +467,18 @@ def test_loader_shuffle_seed(student):
 @pytest.mark.points(1)
 def test_loader_drop_last(student):
     """make_distributed_loader: drop_last drops the uneven tail instead of padding"""
-    data = probes.IndexData(9)
-    dropped = student.probe(probes.loader_report, data, 2, 2, {"drop_last": True,
-                                                              "shuffle": False})
-    padded = student.probe(probes.loader_report, data, 2, 2, {"drop_last": False,
-                                                             "shuffle": False})
-    shares = [flat(row["epochs"][0]) for row in dropped["ranks"]]
-    assert [len(s) for s in shares] == [4, 4] and not set(shares[0]) & set(shares[1]), (
-        "with drop_last=True, 9 samples over 2 ranks give 4 distinct samples each")
-    shares = [flat(row["epochs"][0]) for row in padded["ranks"]]
-    assert [len(s) for s in shares] == [5, 5] and set(shares[0]) | set(shares[1]) == set(
-        range(9)), "with drop_last=False, 9 samples over 2 ranks are padded to 5 each"
+    rng = drawn()
+    n = 2 * rng.randint(3, 12) + 1  # odd: 2 ranks cannot split it evenly
+    seed = rng.randrange(1000)
+    data = probes.IndexData(n)
+    for drop_last, what in ((True, f"drop the last sample and give {n // 2} distinct samples"),
+                            (False, f"pad to {n // 2 + 1} samples each")):
+        kwargs = {"drop_last": drop_last, "shuffle": True, "seed": seed}
+        report = student.probe(probes.loader_report, data, 2, 2, kwargs)
+        shares = [flat(row["epochs"][0]) for row in report["ranks"]]
+        assert shares == [o[0] for o in sampler_orders(n, 2, **kwargs)], (
+            f"with drop_last={drop_last}, {n} samples over 2 ranks must {what} each, as "
+            "DistributedSampler(drop_last=...) does")
 
 
 # ----------------------------------------------------------------------------- train step
