@@ -8,6 +8,7 @@ group is killed before this returns.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import select
@@ -18,13 +19,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from . import budgets
 from .assignment import Assignment
 from .cgroups import remove_left_by
 from .isolation import UID_RANGE
 from .pytest_plugin import Job
 from .results import CodingOutcome
 from .runner_server import ForkedChild, RunnerServer
-from .sandbox import kill_if_same, prepare_sandbox_dir, process_start_time
+from .sandbox import kill_if_same, prepare_sandbox_dir, process_start_time, seconds_text
 from .submission import SubmissionFiles
 
 MAX_RUNNER_STARTS = 4
@@ -44,14 +46,37 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
     sandbox_dir = None
     if files.module is not None:
         sandbox_dir = prepare_sandbox_dir(files.module, config.module, assignment.probes, workdir)
+    timings = budgets.load(assignment.root)
     job = Job(
         tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
         module_name=config.module, functions=config.functions, output_dir=str(workdir),
         sandbox_dir=str(sandbox_dir) if sandbox_dir else None,
         missing_reason=files.module_problem, limits=asdict(config.limits),
         test_timeout=config.test_timeout, rank_retries=config.rank_retries,
-        visibility=config.coding.visibility)
-    return _Supervisor(job, time.monotonic() + config.submission_timeout).run()
+        visibility=config.coding.visibility,
+        timings=timings.tests if timings else {},
+        timings_calibration=timings.calibration if timings else None,
+        budget_factor=config.budget_factor, budget_floor=config.budget_floor)
+    supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout)
+    try:
+        return supervisor.run()
+    finally:
+        recorder = _durations.get()
+        if recorder is not None:
+            recorder.update(supervisor.durations)
+            recorder["calibration"] = supervisor.job.machine_calibration
+
+
+# Set by the release self-check around its grading of the reference (see record_durations):
+# each hidden test's wall time, by nodeid, and the calibration workload's seconds.
+_durations: contextvars.ContextVar[dict | None] = contextvars.ContextVar("durations",
+                                                                         default=None)
+
+
+def record_durations(into: dict) -> contextvars.Token:
+    """Collect, into `into`, the duration of each hidden test graded in this thread (and
+    "calibration": the workload's seconds); `_durations.reset(token)` stops it."""
+    return _durations.set(into)
 
 
 def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
@@ -75,6 +100,7 @@ class _Supervisor:
         self.sandbox_pids: dict[int, str | None] = {}  # host pid -> its start time
         self.sandbox_uids: set[int] = set()
         self.environment: dict = {}
+        self.durations: dict[str, float] = {}  # nodeid -> seconds the test took
 
     def run(self) -> tuple[list[CodingOutcome], list[str], dict]:
         try:
@@ -85,7 +111,21 @@ class _Supervisor:
             self._kill_sandboxes()
         if self.specs is None:
             raise GradingError("the hidden tests could not be collected (see messages above)")
-        return [self._outcome(spec) for spec in self.specs], self.warnings, self.environment
+        outcomes = [self._outcome(spec) for spec in self.specs]
+        self.warnings += self._hang_warnings(outcomes)
+        return outcomes, self.warnings, self.environment
+
+    def _hang_warnings(self, outcomes: list[CodingOutcome]) -> list[str]:
+        """One line per function that hung: where it hung first, how many tests were not run."""
+        lines = []
+        for function, first in self.job.hung.items():
+            skipped = sum(1 for o in outcomes if o.message.startswith(
+                f"not run: {function} did not finish"))
+            lines.append(f"{function} did not finish within {seconds_text(first['seconds'])} s "
+                         f"in the test '{first['test']}' (the first to hang); "
+                         + (f"{skipped} later test{'s' if skipped != 1 else ''} that need it "
+                            f"were not run" if skipped else "no later test needed it"))
+        return lines
 
     def _kill_sandboxes(self) -> None:
         # Each sandbox leads its own process group; a dead runner cannot clean up after itself.
@@ -165,7 +205,17 @@ class _Supervisor:
                         self._record_sandbox(int(event["pid"]))
                     elif kind == "result":
                         self.results[event["nodeid"]] = event
+                        # Times of passed tests only (a GPU test left out here took 0 s).
+                        if event.get("status") == "passed" and \
+                                type(event.get("duration")) in (int, float):
+                            self.durations[event["nodeid"]] = float(event["duration"])
                         current = None
+                    elif kind == "hung":  # later runners of this grading know it too
+                        self.job.hung.setdefault(str(event["function"]), {
+                            "seconds": float(event["seconds"]), "test": str(event["test"]),
+                            "nodeid": str(event["nodeid"])})
+                    elif kind == "calibration":
+                        self.job.machine_calibration = float(event["seconds"])
                     elif kind == "done":
                         finished = True
         finally:

@@ -40,6 +40,8 @@ class AssignmentConfig:
     limits: SandboxLimits
     gpu_policy: str
     rank_retries: int
+    budget_factor: float = 0.0  # k of a test's calibrated budget (0: flat `test_timeout`)
+    budget_floor: float = 5.0  # the least a calibrated budget may be, in seconds
     late: LatePolicy = field(default_factory=LatePolicy)  # grading.yml's `late` (batch grading)
 
 
@@ -95,6 +97,8 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
             max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
             disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"]),
         gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
+        budget_factor=float(timeouts["budget_factor"]),
+        budget_floor=float(timeouts["budget_floor"]),
         late=LatePolicy(policy=late["policy"], percent_per_day=float(late["percent_per_day"]),
                         max_days=late.get("max_days"),
                         grace_minutes=float(late["grace_minutes"])),

@@ -21,8 +21,16 @@ from typing import Any
 
 import pytest
 
+from . import budgets
 from . import sandbox as sandbox_module
-from .sandbox import Sandbox, SandboxFailure, SandboxLimits, StudentError
+from .sandbox import (
+    Sandbox,
+    SandboxFailure,
+    SandboxLimits,
+    SandboxTimeout,
+    StudentError,
+    seconds_text,
+)
 from .sandbox_runtime.codec import CodecError
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -31,7 +39,10 @@ MARKERS = {
     "visibility": "visibility(v): Gradescope visibility of this test",
     "gpu": "gpu(n=1): the test needs n CUDA GPUs; on a grader with fewer the GPU policy "
            "applies",
-    "timeout_s": "timeout_s(s): this test's time budget in seconds",
+    "timeout_s": "timeout_s(s): the most this test's time budget may be, in seconds",
+    "uses": "uses(*functions): further student functions this test calls (its own is named by "
+            "its docstring); the test is not run once one of them has hung",
+    "tolerant": "tolerant: run this test even when a function it uses hung in an earlier test",
 }
 
 
@@ -52,6 +63,15 @@ class Job:
     visibility: str = "visible"
     collect_only: bool = False
     skip: list[str] = field(default_factory=list)
+    # Functions that hung in an earlier runner of this grading: {function: first hang}.
+    hung: dict[str, dict] = field(default_factory=dict)
+    # Calibrated budgets (see autograder.budgets): the reference's seconds per test nodeid, the
+    # calibration workload's seconds when they were recorded, k and the floor (k 0: flat).
+    timings: dict[str, float] = field(default_factory=dict)
+    timings_calibration: float | None = None
+    budget_factor: float = 0.0
+    budget_floor: float = 5.0
+    machine_calibration: float | None = None  # measured by this grading's first runner
 
 
 @dataclass
@@ -65,6 +85,8 @@ class TestSpec:
     visibility: str
     gpu: bool
     timeout: float
+    uses: list[str] = field(default_factory=list)  # every student function the test needs
+    tolerant: bool = False
 
 
 def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
@@ -87,10 +109,23 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
         problems.append(f"{item.nodeid}: visibility {visibility!r} is not one of {VISIBILITIES}")
     limit = item.get_closest_marker("timeout_s")
     timeout = float(limit.args[0]) if limit and limit.args else job.test_timeout
+    uses = [function] if function else []
+    for marker in item.iter_markers("uses"):
+        for used in marker.args:
+            if used not in job.functions:
+                problems.append(f"{item.nodeid}: @pytest.mark.uses({used!r}) names no function "
+                                f"of {sorted(job.functions)}")
+            elif used not in uses:
+                uses.append(used)
     if problems:
         return None, problems
     return TestSpec(item.nodeid, name, function, float(points), visibility,
-                    item.get_closest_marker("gpu") is not None, timeout), []
+                    item.get_closest_marker("gpu") is not None, timeout, uses,
+                    item.get_closest_marker("tolerant") is not None), []
+
+
+class NotRun(SandboxFailure):
+    """The test needs a function that already hung in this grading: it fails without running."""
 
 
 class Student:
@@ -106,6 +141,9 @@ class Student:
         self._plugin, self._spec = plugin, spec
         self._deadline = time.monotonic() + spec.timeout
         self._simulated = simulated_gpus
+        # Starting sandbox processes is the grader's time: the deadline moves by what it takes.
+        sandbox = plugin.sandbox
+        self._grader_seconds = sandbox.grader_seconds if sandbox is not None else 0.0
 
     @property
     def gpus(self) -> int:
@@ -124,18 +162,34 @@ class Student:
 
     def _view(self, simulated: int) -> Student:
         view = Student(self._plugin, self._spec, simulated)
-        view._deadline = self._deadline
+        view._deadline, view._grader_seconds = self._deadline, self._grader_seconds
         return view
 
+    def _remaining(self) -> float:
+        sandbox = self._plugin.sandbox
+        if sandbox is not None:  # the grader's own start-up time is not the test's
+            self._deadline += sandbox.grader_seconds - self._grader_seconds
+            self._grader_seconds = sandbox.grader_seconds
+        return self._deadline - time.monotonic()
+
     def _left(self) -> float:
-        return max(0.1, self._deadline - time.monotonic())
+        return max(0.1, self._remaining())
 
     def _timeout(self) -> float:
-        left = self._deadline - time.monotonic()
+        left = self._remaining()
         if left <= 0:
             raise SandboxFailure(
-                f"this test's time limit of {self._spec.timeout:.0f} s was used up")
+                f"this test's time limit of {seconds_text(self._spec.timeout)} s was used up")
         return min(left, self._plugin.limits.call_timeout)
+
+    def _guarded(self, function: str, run: Callable[[], Any]) -> Any:
+        """Run one call or scenario of `function`; once a function hangs, it is not run again."""
+        self._plugin.refuse_if_hung(function, self._spec)
+        try:
+            return run()
+        except SandboxTimeout as exc:
+            self._plugin.record_hang(function, exc.seconds, self._spec)
+            raise
 
     def _sandbox(self) -> Sandbox:
         if self._plugin.sandbox is None:
@@ -147,48 +201,72 @@ class Student:
             raise AttributeError(name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._sandbox().call(name, args, kwargs, self._timeout(), self._left(),
-                                        gpus=self._simulated)
+            return self._guarded(name, lambda: self._sandbox().call(
+                name, args, kwargs, self._timeout(), self._left(), gpus=self._simulated))
 
         return call
 
     def probe(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(module, *args, **kwargs)` from probes.py in the sandbox."""
-        return self._sandbox().probe(_probe_name(fn), args, kwargs, self._spec.function,
-                                     self._timeout(), self._left(), gpus=self._simulated)
+        function = self._spec.function
+        return self._guarded(function, lambda: self._sandbox().probe(
+            _probe_name(fn), args, kwargs, function, self._timeout(), self._left(),
+            gpus=self._simulated))
 
     def run_ranks(self, fn: Callable, world_size: int, *args: Any,
                   per_rank: list | None = None) -> list[Any]:
         """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes;
         with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument."""
+        function, name = self._spec.function, _probe_name(fn)
+        self._plugin.refuse_if_hung(function, self._spec)
         sandbox = self._sandbox()
-        attempts = 1 + self._plugin.job.rank_retries
-        for attempt in range(attempts):
-            left = self._deadline - time.monotonic()
+        # gloo on CPU sometimes crashes on its own (at teardown, mostly): a crash is retried
+        # up to rank_retries times, since crashes cost little. A hang is retried once at most
+        # (see RANK_HANG_RETRIES), each attempt no longer than the call time limit, so a
+        # scenario that never meets costs at most two call limits, not the test's budget.
+        crashes = self._plugin.job.rank_retries
+        hangs = min(RANK_HANG_RETRIES, crashes)
+        while True:
+            left = self._remaining()
             if left <= 1:
-                raise SandboxFailure(
-                    f"this test's time limit of {self._spec.timeout:.0f} s was used up")
-            # Each attempt gets an equal share of what is left, so a retry always fits.
-            budget = left / (attempts - attempt)
+                raise SandboxFailure(f"this test's time limit of "
+                                     f"{seconds_text(self._spec.timeout)} s was used up")
+            # An equal share of what is left for this attempt and each hang still allowed.
+            timeout = min(left / (1 + hangs), self._plugin.limits.call_timeout)
             try:
-                return sandbox.run_ranks(_probe_name(fn), world_size, args, budget,
-                                         self._plugin.rank_output_dir(), self._spec.function,
+                return sandbox.run_ranks(name, world_size, args, timeout,
+                                         self._plugin.rank_output_dir(), function,
                                          gpus=self._simulated, per_rank=per_rank)
-            except SandboxFailure:
-                # gloo on CPU sometimes crashes or hangs on its own: retry before blaming.
-                if attempt == attempts - 1:
+            except SandboxTimeout as exc:
+                if hangs <= 0 or crashes <= 0:
+                    self._plugin.record_hang(function, exc.seconds, self._spec)
                     raise
-        raise AssertionError("unreachable")
+                hangs -= 1
+                crashes -= 1
+            except SandboxFailure:
+                if crashes <= 0:
+                    raise
+                crashes -= 1
 
     def fresh(self) -> None:
         """Restart the sandbox so the next call starts from a newly imported module."""
         self._sandbox().restart()
 
 
+# Retries of a multi-process scenario that timed out (crashes: grading.yml's rank_retries).
+# Measured with bench/rank_flakes.py: see docs/ARCHITECTURE.md ("Time budgets and hangs").
+RANK_HANG_RETRIES = 1
+
+
 def _probe_name(fn: Callable) -> str:
     if getattr(fn, "__module__", None) != "probes":
         raise TypeError("probes must be functions defined in the assignment's probes.py")
     return fn.__name__
+
+
+def not_run_message(function: str, first: dict) -> str:
+    return (f"not run: {function} did not finish within {seconds_text(first['seconds'])} s in "
+            f"an earlier test ({first['test']})")
 
 
 def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
@@ -249,12 +327,38 @@ class GradingPlugin:
         self.specs: dict[str, TestSpec] = {}
         self.outcomes: dict[str, dict] = {}
         self.sandbox: Sandbox | None = None
+        self.hung: dict[str, dict] = dict(job.hung)
+        self.machine_factor = 1.0
+        if job.timings and job.budget_factor > 0:
+            measured = job.machine_calibration or budgets.calibration_seconds()
+            emit({"event": "calibration", "seconds": measured})
+            self.machine_factor = budgets.machine_factor(job.timings_calibration, measured)
         # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
         self.simulated_gpus = random.SystemRandom().randint(2, 4)
         sandbox_module.on_process_start = lambda pid: emit({"event": "sandbox", "pid": pid})
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
                                    Path(job.output_dir) / f"sandbox-{os.getpid()}.log")
+
+    # -- functions that hung -----------------------------------------------------
+    def refuse_if_hung(self, function: str, spec: TestSpec) -> None:
+        """Raise NotRun if `function` hung in an earlier test (unless `spec` is tolerant)."""
+        first = self.hung.get(function)
+        if first is not None and not spec.tolerant and first["nodeid"] != spec.nodeid:
+            raise NotRun(not_run_message(function, first))
+
+    def record_hang(self, function: str, seconds: float, spec: TestSpec) -> None:
+        if function in self.hung:
+            return
+        self.hung[function] = first = {"seconds": round(seconds, 1), "test": spec.name,
+                                       "nodeid": spec.nodeid}
+        self.emit({"event": "hung", "function": function, **first})
+
+    def budget(self, spec: TestSpec) -> float:
+        """This test's time budget: calibrated from the reference when its time is known."""
+        return budgets.budget(self.job.timings.get(spec.nodeid), spec.timeout,
+                              self.job.budget_factor, self.job.budget_floor,
+                              self.machine_factor)
 
     def rank_output_dir(self) -> Path:
         path = Path(tempfile.mkdtemp(prefix="ranks-", dir=self.job.output_dir))
@@ -278,6 +382,7 @@ class GradingPlugin:
             spec, found = spec_for(item, self.job)
             problems += found
             if spec is not None:
+                spec.timeout = self.budget(spec)
                 self.specs[item.nodeid] = spec
         totals = {name: 0.0 for name in self.job.functions}
         for spec in self.specs.values():
@@ -308,15 +413,22 @@ class GradingPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        spec = self.specs[item.nodeid]
         marker = item.get_closest_marker("gpu")
         needed = int(marker.args[0]) if marker is not None and marker.args else 1
-        if self.specs[item.nodeid].gpu and _cuda_device_count() < needed:
+        if spec.gpu and _cuda_device_count() < needed:
             have = _cuda_device_count()
             self.outcomes[item.nodeid] = {
                 "status": "gpu_unavailable",
                 "message": f"needs {needed} GPU{'s' if needed > 1 else ''}; this grader has "
                            f"{have or 'none'}"}
             pytest.skip("needs CUDA")
+        for function in spec.uses:
+            try:
+                self.refuse_if_hung(function, spec)
+            except NotRun as exc:  # fails at once, with the cause of the first hang
+                self.outcomes[item.nodeid] = {"status": "failed", "message": str(exc)}
+                pytest.skip("a function it uses hung in an earlier test")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):

@@ -48,6 +48,23 @@ class SandboxFailure(Exception):
     """Student code crashed, exited, hung or could not be imported or checked."""
 
 
+class SandboxTimeout(SandboxFailure):
+    """Student code did not answer within its time limit (`seconds`) during `what` (a call, a
+    scenario, the import): it was killed. A function that hung once is not run again (see
+    pytest_plugin.GradingPlugin.hung)."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what = seconds, what
+        super().__init__(f"timed out after {seconds_text(seconds)} s during {what}")
+
+
+def seconds_text(seconds: float) -> str:
+    """'12', '3', '1.5', '0.4': tenths below 10 s when they are not 0."""
+    if seconds >= 9.95:
+        return f"{seconds:.0f}"
+    return f"{seconds:.1f}".removesuffix(".0")
+
+
 class StudentError(Exception):
     """An exception raised by student code, re-raised in the trusted test as plain data."""
 
@@ -508,6 +525,9 @@ class Sandbox:
         self._import_hang: str | None = None
         self._budget: float | None = None
         self._output_offset = 0
+        # Time spent starting zygotes (the grader's, not the student's): tests' budgets are
+        # extended by it (see pytest_plugin.Student).
+        self.grader_seconds = 0.0
 
     def zygote(self) -> Zygote:
         """The submission's zygote, started again if student code killed it."""
@@ -517,6 +537,14 @@ class Sandbox:
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
             self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids)
         return self._zygote
+
+    def _fork(self, mode: str, output_path: Path, gpus: int) -> _Process:
+        """A fresh worker; the time it takes (a zygote's start included) is the grader's."""
+        started = time.monotonic()
+        try:
+            return _Process(self.zygote(), self.module_name, mode, output_path, gpus)
+        finally:
+            self.grader_seconds += time.monotonic() - started
 
     # Importing the student's module (once per worker) may take longer than one call: it gets
     # this much, or the test's remaining time (`budget`) when that is shorter. A hang costs
@@ -562,18 +590,17 @@ class Sandbox:
     def _ensure_started(self, timeout: float, gpus: int = 0) -> _Process:
         if self._process is None:
             # Starting (or restarting) the zygote is the grader's time, not the student's.
-            process = _Process(self.zygote(), self.module_name, "serve", self.output_path, gpus)
+            process = self._fork("serve", self.output_path, gpus)
             self._process = process
             try:
                 allowed = max(timeout, self.IMPORT_SECONDS)
                 if self._budget is not None:
                     allowed = max(timeout, min(allowed, self._budget))
                 ready = self._read(process, allowed, "the import of your module")
-            except SandboxFailure as exc:
-                if "timed out" in str(exc):
-                    # Not retried for every test: one hanging import costs one time limit.
-                    self._import_hang = (f"importing your module took longer than "
-                                         f"{allowed:.0f} s (the other tests were not run)")
+            except SandboxTimeout:
+                # Not retried for every test: one hanging import costs one time limit.
+                self._import_hang = (f"importing your module took longer than "
+                                     f"{seconds_text(allowed)} s (the other tests were not run)")
                 raise
             if ready.get("ready") is not True:
                 self.restart()
@@ -585,7 +612,7 @@ class Sandbox:
             return process.read(timeout)
         except wire.WireTimeout:
             self.restart()
-            raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") from None
+            raise SandboxTimeout(timeout, what) from None
         except wire.WireClosed:
             ended = process.how_it_ended()
             earlier = process.ended_before_last_send()
@@ -623,8 +650,7 @@ class Sandbox:
         processes: list[_Process] = []
         try:
             for rank in range(world_size):
-                processes.append(_Process(self.zygote(), self.module_name, "once",
-                                          output_dir / f"rank{rank}.log", gpus))
+                processes.append(self._fork("once", output_dir / f"rank{rank}.log", gpus))
             for rank, process in enumerate(processes):
                 own = () if per_rank is None else (per_rank[rank],)
                 process.send({"op": "probe", "name": probe,
@@ -635,8 +661,7 @@ class Sandbox:
                 try:
                     replies.append(process.read(max(0.1, deadline - time.monotonic())))
                 except wire.WireTimeout:
-                    raise SandboxFailure(f"timed out after {timeout:.0f} s during {what}") \
-                        from None
+                    raise SandboxTimeout(timeout, what) from None
                 except wire.WireClosed:
                     raise SandboxFailure(f"your code {process.how_it_ended()} in rank {rank} "
                                          f"during {what}") from None

@@ -1,0 +1,281 @@
+"""A function that hung does not get to hang again; budgets calibrated from the reference.
+
+A small assignment of its own (written here, from the toy's question bank): its hidden tests
+declare what they use (`uses`, `tolerant`), and submissions hang on purpose. Outcomes are checked
+through their messages, never through wall times.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autograder import budgets
+from autograder.grade import grade
+from autograder.sandbox import SandboxFailure, SandboxTimeout
+
+TOY = Path(__file__).parent / "fixtures" / "toy"
+ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
+
+CONFIG = """
+course: hang tests
+assignments:
+  toy:
+    title: Hangs
+    module: toy
+    parts:
+      multiple_choice: {points: 2}
+      coding:
+        points: 10
+        functions: {add: 4, divide: 3, scale: 3}
+        show_student_output: true
+    timeouts: {call: 2, test: 8, submission: 300, budget_factor: 10, budget_floor: 1.5}
+    rank_retries: RETRIES
+"""
+
+HIDDEN = '''
+import pytest
+import torch
+
+import probes
+
+
+@pytest.mark.points(1)
+def test_add_first(student):
+    """add: first"""
+    assert student.add(2, 3) == 5
+
+
+@pytest.mark.points(1)
+def test_add_again(student):
+    """add: again"""
+    assert student.add(1, 1) == 2
+
+
+@pytest.mark.points(1)
+def test_add_ranks(student):
+    """add: in two processes"""
+    assert student.run_ranks(probes.rank_add, 2, 10) == [10, 11]
+
+
+@pytest.mark.points(1)
+def test_add_probe(student):
+    """add: in a scenario"""
+    assert student.probe(probes.add_twice, 1) == 4
+
+
+@pytest.mark.uses("add")
+@pytest.mark.points(1)
+def test_divide_uses_add(student):
+    """divide: after an addition"""
+    assert student.divide(student.add(3, 3), 3) == 2
+
+
+@pytest.mark.points(1)
+@pytest.mark.uses("add")
+@pytest.mark.tolerant
+def test_divide_tolerant(student):
+    """divide: even when add hangs"""
+    assert student.divide(6, 3) == 2
+
+
+@pytest.mark.points(1)
+def test_divide_by_zero(student):
+    """divide: raises for zero"""
+    with pytest.raises(Exception):
+        student.divide(1, 0)
+
+
+@pytest.mark.points(1)
+def test_scale_calls_add(student):
+    """scale: undeclared use of add"""
+    assert student.add(1, 2) == 3
+    assert torch.equal(student.scale(torch.ones(2)), torch.full((2,), 2.0))
+
+
+@pytest.mark.points(2)
+def test_scale(student):
+    """scale: doubles"""
+    assert torch.equal(student.scale(torch.arange(3.0)), torch.tensor([0.0, 2.0, 4.0]))
+'''
+
+PROBES = '''
+import sys
+
+
+def rank_add(mod, rank, world_size, port, base):
+    print("rank started", flush=True)
+    return mod.add(base, rank)
+
+
+def add_twice(mod, x):
+    return mod.add(mod.add(x, x), mod.add(x, x))
+'''
+
+GOOD = """
+def add(a, b):
+    return a + b
+
+def divide(a, b):
+    return a / b if b else 1 // 0
+
+def scale(x):
+    return x * 2
+"""
+
+ADD_LOOPS = GOOD + """
+import signal
+
+def add(a, b):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        pass
+"""
+
+
+def course(tmp_path: Path, retries: int = 2, timings: dict | None = None) -> Path:
+    root = tmp_path / "course"
+    folder = root / "assignments" / "toy"
+    (folder / "tests" / "hidden").mkdir(parents=True)
+    shutil.copy(TOY / "assignments" / "toy" / "questions.yml", folder / "questions.yml")
+    (folder / "tests" / "hidden" / "test_hangs.py").write_text(HIDDEN)
+    (folder / "probes.py").write_text(PROBES)
+    (root / "grading.yml").write_text(CONFIG.replace("RETRIES", str(retries)))
+    if timings is not None:
+        (folder / budgets.TIMINGS_NAME).write_text(json.dumps(timings))
+    return root / "grading.yml"
+
+
+def graded(tmp_path: Path, source: str, config: Path):
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "toy.py").write_text(textwrap.dedent(source))
+    (folder / "answers.yml").write_text(ANSWERS)
+    report = grade(folder, "toy", tmp_path / "out", config)
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+    return report, {t.name: t for t in report.tests}
+
+
+def test_the_reference_passes_everything(tmp_path):
+    report, tests = graded(tmp_path, GOOD, course(tmp_path))
+    coding = [t for t in tests.values() if t.part == "coding"]
+    assert [t.name for t in coding if t.status != "passed"] == []
+
+
+def test_a_function_that_hung_is_not_run_again(tmp_path):
+    report, tests = graded(tmp_path, ADD_LOOPS, course(tmp_path))
+    first = tests["add: first"]
+    assert first.status == "failed" and "timed out after 2 s during add" in first.message
+    not_run = "not run: add did not finish within 2 s in an earlier test (add: first)"
+    # Later tests of add, a test that declares it uses add, and a test that calls add without
+    # declaring it: all fail at once with the cause, scenarios and rank scenarios included.
+    for name in ("add: again", "add: in two processes", "add: in a scenario",
+                 "divide: after an addition", "scale: undeclared use of add"):
+        assert tests[name].status == "failed", name
+        assert tests[name].message == not_run, name
+    assert "rank started" not in tests["add: in two processes"].output  # never started
+    # A tolerant test runs anyway; tests of other functions run as usual.
+    for name in ("divide: even when add hangs", "divide: raises for zero", "scale: doubles"):
+        assert tests[name].status == "passed", name
+    hang_notes = [w for w in report.warnings if "the first to hang" in w]
+    assert hang_notes == ["add did not finish within 2 s in the test 'add: first' (the first "
+                          "to hang); 5 later tests that need it were not run"]
+
+
+def test_a_hanging_rank_scenario_is_retried_once_then_blocks_its_function(tmp_path):
+    ranks_hang = GOOD + """
+import sys, time
+
+def add(a, b):
+    if "rank_add" in repr(sys._getframe(1).f_code):
+        while True:
+            time.sleep(1)
+    return a + b
+"""
+    report, tests = graded(tmp_path, ranks_hang, course(tmp_path, retries=2))
+    assert tests["add: first"].status == "passed"
+    ranks = tests["add: in two processes"]
+    assert "during add (scenario rank_add, 2 processes)" in ranks.message
+    assert "timed out after" in ranks.message
+    # Two attempts, not 1 + rank_retries: a hang is retried once.
+    assert ranks.output.count("[rank0]") == 2, ranks.output
+    assert tests["add: in a scenario"].message.startswith("not run: add did not finish within")
+    assert "(add: in two processes)" in tests["add: in a scenario"].message
+
+
+def test_a_crashing_rank_scenario_is_retried_up_to_rank_retries(tmp_path):
+    ranks_crash = GOOD + """
+import os, sys
+
+def add(a, b):
+    if "rank_add" in repr(sys._getframe(1).f_code):
+        os._exit(3)
+    return a + b
+"""
+    report, tests = graded(tmp_path, ranks_crash, course(tmp_path, retries=2))
+    ranks = tests["add: in two processes"]
+    assert "exited with status 3" in ranks.message
+    assert ranks.output.count("[rank0]") == 3, ranks.output  # 1 + rank_retries
+    assert tests["add: in a scenario"].status == "passed"  # a crash is not a hang
+
+
+def test_budgets_come_from_the_reference_times(tmp_path):
+    # add sleeps 1.8 s: under the call limit (2 s), over its calibrated budget (floor 1.5 s,
+    # since 10 x 0.01 s x a machine factor >= 1 is less). divide has no recorded time: it keeps
+    # the flat 8 s and its slow call passes.
+    sleepy = GOOD + """
+import time
+
+def add(a, b):
+    time.sleep(1.8)
+    return a + b
+
+def divide(a, b):
+    time.sleep(1.8)
+    return a / b if b else 1 // 0
+"""
+    nodeid = "test_hangs.py::test_add_first"
+    timings = {"fingerprint": "x", "calibration": 1e9, "tests": {nodeid: 0.01}}
+    report, tests = graded(tmp_path, sleepy, course(tmp_path, timings=timings))
+    assert "timed out after 1.5 s during add" in tests["add: first"].message
+    assert tests["add: again"].message.startswith("not run: add did not finish within 1.5 s")
+    assert tests["divide: even when add hangs"].status == "passed"
+
+
+def test_budget_arithmetic():
+    assert budgets.budget(None, 60, 10, 5, 1) == 60  # no reference time: the flat cap
+    assert budgets.budget(0.1, 60, 10, 5, 1) == 5  # the floor
+    assert budgets.budget(2.0, 60, 10, 5, 1.5) == 30
+    assert budgets.budget(20.0, 60, 10, 5, 1) == 60  # never more than the cap
+    assert budgets.budget(2.0, 60, 0, 5, 1) == 60  # k 0: flat budgets
+    assert budgets.machine_factor(0.2, 0.4) == 2.0
+    assert budgets.machine_factor(0.2, 0.1) == 1.0  # a faster grader keeps the recorded times
+    assert budgets.machine_factor(0.2, 100) == budgets.MAX_FACTOR
+    assert budgets.machine_factor(None, 0.4) == 1.0
+    assert budgets.calibration_seconds() > 0
+
+
+def test_timings_file_and_its_staleness(tmp_path):
+    config = course(tmp_path)
+    root = config.parent / "assignments" / "toy"
+    (root / "solution").mkdir()
+    (root / "solution" / "toy.py").write_text(GOOD)
+    assert "missing" in budgets.stale(root, "toy")
+    recorded = budgets.Timings(budgets.fingerprint(root, "toy"), 0.2, {"a::b": 0.5})
+    (root / budgets.TIMINGS_NAME).write_text(recorded.to_json())
+    assert budgets.load(root) == recorded and budgets.stale(root, "toy") is None
+    (root / "probes.py").write_text(PROBES + "\n# changed\n")
+    assert "other hidden tests" in budgets.stale(root, "toy")
+
+
+def test_timeouts_raise_a_typed_failure(make_sandbox):
+    sandbox = make_sandbox("import time\ndef nap():\n    time.sleep(30)\n")
+    with pytest.raises(SandboxTimeout) as caught:
+        sandbox.call("nap", (), {}, timeout=0.5)
+    assert isinstance(caught.value, SandboxFailure)
+    assert caught.value.seconds == 0.5 and caught.value.what == "nap"
+    assert str(caught.value) == "timed out after 0.5 s during nap"
