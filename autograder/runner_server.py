@@ -40,7 +40,10 @@ def serve(control_fd: int) -> None:
     from .isolation import detect
     from .pytest_plugin import Job
     from .runner import run
-    from .sandbox_runtime import worker  # noqa: F401
+    # Everything a warm zygote's workers import, imported here: a fork enters a file-system
+    # view where the grader's package is not, so a module imported later fails (simulated
+    # GPUs did: every simulated-GPU test of a batch failed at the student's import).
+    from .sandbox_runtime import simulated_cuda, worker  # noqa: F401
 
     torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
     detect()  # cached: forked runners inherit the proven isolation
