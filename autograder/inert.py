@@ -54,8 +54,18 @@ def label(text: str, limit: int = MAX_LABEL_CHARS) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """At most about `limit` characters of `text`, saying so when cut."""
-    return text if len(text) <= limit else text[:limit] + " [cut]"
+    """At most `limit` characters of `text`; when cut, cut at a word boundary (unless the last
+    word is very long) and end with an ellipsis. Idempotent: a clipped text fits its limit."""
+    if len(text) <= limit:
+        return text
+    kept = text[:max(limit - 1, 0)]
+    boundary = max(kept.rfind(" "), kept.rfind("\n"))
+    if boundary >= limit * 0.6:  # a word boundary not too far back; else cut inside the word
+        kept = kept[:boundary]
+    return kept.rstrip(" \n,;:") + ELLIPSIS
+
+
+ELLIPSIS = "\u2026"
 
 
 def bounded(lines: Iterable[str], count: int = MAX_WARNINGS,

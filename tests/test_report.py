@@ -1,0 +1,121 @@
+"""What students see in results.json, report.md and report.html: points in hundredths that add
+up, one entry per function not implemented yet, GPU exclusions as one note, per-function
+subtotals, the graded file, multiple-choice correctness after the due date."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+
+from autograder.batch_records import LateStatus
+from autograder.config import load_config
+from autograder.inert import clip
+from autograder.paths import GRADING_CONFIG
+from autograder.report import _part_views, gradescope_results, points, write_outputs
+from autograder.results import CodingOutcome, apply_late, build_report, coding_results
+from autograder.results import TestResult as Result  # not a pytest class
+from autograder.schemas import validate
+
+CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
+STUB = "{0} raised NotImplementedError: {0} is not implemented yet (line 50 in {0})"
+
+
+def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=None):
+    """Two tests per function (and one GPU test of setup_ddp worth `gpu_points`, left out)."""
+    outcomes = []
+    for function, total in CONFIG.functions.items():
+        total -= gpu_points if function == "setup_ddp" else 0
+        status = statuses.get(function, "passed")
+        message = STUB.format(function) if status == "stub" else "wrong"
+        for i, share in enumerate((total / 3, total * 2 / 3)):
+            outcomes.append(CodingOutcome(f"t{i}", f"{function}: test {i}", function, share,
+                                          "visible", False,
+                                          "passed" if status == "passed" else "failed",
+                                          "" if status == "passed" else message))
+    outcomes.append(CodingOutcome("g", "setup_ddp: on a GPU", "setup_ddp", gpu_points,
+                                  "visible", True, "gpu_unavailable", ""))
+    warnings: list[str] = []
+    tests = coding_results(outcomes, CONFIG, warnings)
+    tests += [Result(f"Q{i} q{i:02}", "multiple_choice", f"q{i:02}", 1.5 if i % 3 else 0.0,
+                     1.5, "passed" if i % 3 else "failed", "" if i % 3 else "A: no",
+                     "after_due_date") for i in range(1, 21)]
+    environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
+    return build_report(CONFIG, "s", tests, warnings, environment, 1.0, graded_file)
+
+
+def shown_numbers(text: str) -> list[str]:
+    return re.findall(r"\d+\.\d+", text)
+
+
+def test_points_format() -> None:
+    assert [points(x) for x in (40.47, 70.0, 1.5, 0.0, 1.10, 2 / 3)] == \
+        ["40.47", "70", "1.5", "0", "1.1", "0.67"]
+
+
+def test_results_json_adds_up_and_has_no_excluded_boxes(tmp_path) -> None:
+    report = report_of({"wrap_ddp": "stub", "cleanup_ddp": "failed"}, gpu_points=1.0)
+    results = gradescope_results(report)
+    validate(results, "gradescope_results.schema.json", "results.json")
+    scores = [t["score"] for t in results["tests"]]
+    assert all(round(x, 2) == x for t in results["tests"] for x in (t["score"], t["max_score"]))
+    assert round(sum(scores), 2) == results["score"] == report.score
+    assert round(sum(t["max_score"] for t in results["tests"]), 2) == 100
+    assert not any("on a GPU" in t["name"] for t in results["tests"])  # one note instead
+    assert any("need a GPU" in w for w in report.warnings)
+    stub = [t for t in results["tests"] if "wrap_ddp" in t["name"]]
+    assert [t["name"] for t in stub] == ["wrap_ddp: not implemented yet"]
+    assert stub[0]["max_score"] == next(f.max_score for f in report.functions
+                                        if f.name == "wrap_ddp")
+    assert "raised NotImplementedError in all 2 of its tests" in stub[0]["output"]
+
+
+def test_markdown_and_html_show_hundredths_that_add_up(tmp_path) -> None:
+    report = report_of({"wrap_ddp": "stub", "emulate_data_parallel": "failed"}, gpu_points=1.0)
+    write_outputs(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    for text in (md, html):
+        assert all(len(n.split(".")[1]) <= 2 for n in shown_numbers(text))
+        assert "setup\\_ddp: on a GPU" not in text and "setup_ddp: on a GPU" not in text
+        assert "excluded" not in text
+    assert md.count("not implemented yet") == 1  # one entry for wrap_ddp, not one per test
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \| [\d.]+ \|$", md, re.MULTILINE))
+    assert set(rows) == set(CONFIG.functions)
+    coding = re.search(r"^\| Coding \| ([\d.]+) \|", md, re.MULTILINE).group(1)
+    assert round(sum(float(v) for v in rows.values()), 2) == float(coding)
+    data = json.loads((tmp_path / "report.json").read_text())
+    validate(data, "report.schema.json", "report.json")
+    assert round(sum(t["score"] for t in data["tests"]), 2) == data["score"]
+
+
+def test_late_penalty_is_an_entry_so_results_still_add_up() -> None:
+    report = apply_late(report_of({}), LateStatus(30.0, 1, 0.1, "1 day late: 10% off."))
+    results = gradescope_results(report)
+    validate(results, "gradescope_results.schema.json", "results.json")
+    assert results["tests"][-1]["name"] == "Late penalty"
+    assert round(sum(t["score"] for t in results["tests"]), 2) == results["score"]
+
+
+def test_graded_file_is_said_first() -> None:
+    report = report_of({}, graded_file={"file": "dp_basics.ipynb", "why": "because"})
+    assert gradescope_results(report)["output"].startswith("Graded file: dp_basics.ipynb. "
+                                                           "because.")
+
+
+def test_multiple_choice_correctness_shows_after_the_due_date() -> None:
+    report = report_of({})
+    before = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    after = datetime(2027, 1, 1, tzinfo=timezone.utc)
+    mc_before = _part_views(report, before)[0]
+    assert mc_before.withheld == mc_before.after_due == 20 and not mc_before.failed
+    mc_after = _part_views(report, after)[0]
+    assert mc_after.withheld == 0 and len(mc_after.failed) == 6
+
+
+def test_clip_cuts_at_a_word_boundary_with_an_ellipsis() -> None:
+    text = 'Missing key(s) in state_dict: "module.weight", "module.bias", "submodule.weight"'
+    cut = clip(text, 60)
+    assert len(cut) <= 60 and cut.endswith("\u2026")
+    assert text.startswith(cut[:-1]) and text[len(cut) - 1:len(cut) + 1] == ", "  # a word end
+    assert clip(cut, 60) == cut and clip("short", 60) == "short"
