@@ -10,8 +10,10 @@ test-artifacts/overview.png for review.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -23,10 +25,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-from toy_class import CONFIG, HOSTILE_ERROR, HOSTILE_NAME, toy_class
+from toy_class import CONFIG, FORMULA_NAME, HOSTILE_ERROR, HOSTILE_NAME, toy_class
 
 from autograder.assignment import load_assignment
-from autograder.overview import duration, normalise, report_link, write_overview
+from autograder.batch_records import ClassSubmission, GradedSubmission, Submitter
+from autograder.overview import duration, normalise, report_link, shade, write_overview
+from autograder.submission_status import SubmissionStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -126,28 +130,39 @@ def browser(tmp_path_factory):
 
 # ----------------------------------------------------------------------------- the page
 
+FLAGGED = "tried to write outside its sandbox: opened /etc/evil for writing"
+SCREEN = 1000  # px: "one screen" for a part of the pass-rate section (a 1080p window, less chrome)
+
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    """OUT with the graded class's reports and the overview written into it."""
+    """OUT with the graded class's reports and the overview written into it; one more row, a
+    copy of Alice's submission that the sandbox flagged (as the batch records it)."""
     source, rows, assignment = toy_class(tmp_path_factory)
     out = tmp_path_factory.mktemp("overview") / "out"
     shutil.copytree(source, out)
+    alice = next(r for r in rows if r.submission.key == "submission_101")
+    eve = dataclasses.replace(
+        alice, submission=ClassSubmission("submission_106", Path("x"),
+                                          [Submitter("Eve Hacker", "s007", "eve@example.edu")]),
+        status=SubmissionStatus("flagged", FLAGGED, [FLAGGED]))
+    shutil.copytree(out / "reports" / "s001", out / "reports" / "s007")
+    rows = [*rows, eve]
     index = write_overview(rows, assignment, out)
     assert index == out / "index.html"
     return out, rows
 
 
-@pytest.fixture(scope="module")
-def shown(page, browser, tmp_path_factory):
-    """The page as Chromium rendered it: what the checks below look at."""
-    out, _ = page
-    browser.open((out / "index.html").as_uri())
-    state = browser.js("""
+def _render(browser, page_path: Path) -> dict:
+    browser.open(page_path.as_uri())
+    return browser.js("""
         const cells = (sel) => [...document.querySelectorAll(sel + ' tbody tr')].map(
             (tr) => [...tr.cells].map((td) => td.innerText));
+        const height = (sel) => { const e = document.querySelector(sel);
+            return e ? e.getBoundingClientRect().height : null; };
         return {
           title: document.title,
+          sections: [...document.querySelectorAll('body > section')].map((e) => e.id),
           stats: Object.fromEntries([...document.querySelectorAll('dd[id^="stat-"]')].map(
               (dd) => [dd.id.slice(5), dd.innerText])),
           images: [...document.images].map((img) => ({src: img.getAttribute('src'),
@@ -160,16 +175,44 @@ def shown(page, browser, tmp_path_factory):
               (e) => ['src', 'href', 'srcset', 'action'].map((a) => e.getAttribute(a))
                   .filter((v) => v !== null)),
           stylesheets: document.styleSheets.length,
-          students: cells('#student-table'), problems: cells('#problem-table'),
+          look: cells('#look-table'), students: cells('#student-table'),
+          studentClasses: [...document.querySelectorAll('#student-table tbody tr')].map(
+              (tr) => [...tr.querySelectorAll('td.fn')].map((td) => td.className)),
           late: cells('#late-table'), failures: cells('#failure-table'),
-          hardestQuestions: cells('#hardest-questions'), hardestTests: cells('#hardest-tests'),
+          parts: {coding: height('#part-coding'), mc: height('#part-multiple_choice')},
+          openDetails: document.querySelectorAll('details[open]').length,
+          functionDetails: [...document.querySelectorAll('#part-coding details summary')].map(
+              (e) => e.innerText),
           bodyText: document.body.innerText,
         };""")
+
+
+@pytest.fixture(scope="module")
+def shown(page, browser, tmp_path_factory):
+    """The page as Chromium rendered it: what the checks below look at."""
+    out, _ = page
+    state = _render(browser, out / "index.html")
     shot = tmp_path_factory.mktemp("screenshot") / "overview.png"
     browser.screenshot(shot)
     ARTIFACTS.mkdir(exist_ok=True)
     shutil.copyfile(shot, ARTIFACTS / "overview.png")
     return state
+
+
+def test_who_needs_a_look_comes_first(shown):
+    assert shown["sections"][0] == "look"
+    look = {row[0].split("\n")[-1]: row for row in shown["look"]}
+    # Most serious first: flagged, then the grader error, the timeout, the blank submission.
+    assert [row[1] for row in shown["look"]] == ["flagged", "grader error", "timed out", "blank"]
+    assert sorted(look) == ["submission_103", "submission_104", "submission_105",
+                            "submission_106"]
+    assert FLAGGED in look["submission_106"][2] and "Eve Hacker" in look["submission_106"][0]
+    assert HOSTILE_ERROR in look["submission_104"][2]
+    assert "tests timed out" in look["submission_103"][2]
+    assert "template unchanged" in look["submission_105"][2]
+    assert look["submission_104"][4] == "none"  # no report to link to
+    assert [row[4] for k, row in sorted(look.items()) if k != "submission_104"] == \
+        ["report"] * 3
 
 
 def test_summary_numbers(shown, page):
@@ -178,10 +221,9 @@ def test_summary_numbers(shown, page):
     assert shown["title"] == "Toy assignment: class overview"
     stats = shown["stats"]
     assert {k: stats[k] for k in ("submissions", "students", "graded", "errors", "timeouts",
-                                  "late", "full")} == {
-        "submissions": "5", "students": "6", "graded": "4", "errors": "1", "timeouts": "1",
-        "late": "2", "full": "1"}
-    assert len(graded) == 4
+                                  "late", "full", "look", "flagged")} == {
+        "submissions": "6", "students": "7", "graded": "5", "errors": "1", "timeouts": "1",
+        "late": "2", "full": "2", "look": "4", "flagged": "1"}
     assert stats["mean"] == f"{statistics.fmean(graded):.2f} / 10"
     assert stats["median"] == f"{statistics.median(graded):.2f} / 10"
     assert stats["range"] == "0 – 10"
@@ -190,12 +232,14 @@ def test_summary_numbers(shown, page):
 def test_charts_loaded_from_files_next_to_the_page(shown, page):
     out, _ = page
     images = shown["images"]
-    assert [i["src"] for i in images] == ["overview/scores.png", "overview/pass_rates.png"]
+    assert [i["src"] for i in images] == ["overview/scores.png", "overview/functions.png",
+                                          "overview/questions.png"]
     for image in images:
         assert image["complete"] and image["width"] > 300 and image["height"] > 100, image
         assert len(image["alt"]) > 40  # says what the chart shows
         assert (out / image["src"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "4 graded submissions" in images[0]["alt"]
+    assert "5 graded submissions" in images[0]["alt"]
+    assert "3 functions" in images[1]["alt"] and "2 questions" in images[2]["alt"]
     # Self-contained: every address on the page is relative (no scheme, no host), the only
     # style sheet is inline, and there is no script.
     assert shown["addresses"] and not [a for a in shown["addresses"]
@@ -205,61 +249,74 @@ def test_charts_loaded_from_files_next_to_the_page(shown, page):
     assert "url(" not in html and "@import" not in html
 
 
+def test_pass_rates_per_function_with_the_tests_folded(shown):
+    assert shown["openDetails"] == 0
+    assert all(0 < h <= SCREEN for h in shown["parts"].values()), shown["parts"]
+    summaries = shown["functionDetails"]
+    assert [s.split(":")[0] for s in summaries] == ["add", "divide", "scale"]
+    assert "3/5 passed all" in summaries[1]  # divide: Alice, Carol and Eve
+
+
 def test_every_report_link_opens_an_existing_report(shown, page, browser):
     out, _ = page
     reports = [link for link in shown["links"] if link["text"] == "report"]
-    # 4 graded submissions, each linked from the student table; Carol also from the timeouts.
-    assert len({link["href"] for link in reports}) == 4 and len(reports) == 5
-    for link in reports:
-        assert link["href"].startswith("reports/") and link["url"].startswith("file://")
-        assert Path(unquote(urlparse(link["url"]).path)).is_file(), link
     hrefs = {link["href"] for link in reports}
-    assert hrefs == {f"reports/{sid}/report.html" for sid in ("s001", "s002", "s004", "s006")}
+    assert hrefs == {f"reports/{sid}/report.html" for sid in ("s001", "s002", "s004", "s006",
+                                                               "s007")}
+    for link in shown["links"]:
+        if link["href"].startswith("reports/"):
+            assert link["url"].startswith("file://")
+            assert Path(unquote(urlparse(link["url"]).path)).is_file(), link
+        else:
+            assert link["href"].startswith("#"), link  # the rest stay on the page
     browser.open(reports[0]["url"])  # and the browser opens it
     assert browser.js("return document.title").startswith("Toy assignment: ")
-    for link in shown["links"]:  # the rest stay on the page
-        assert link["href"].startswith(("reports/", "#")), link
 
 
-def test_students_table(shown):
-    students = {row[1]: row for row in shown["students"]}
-    assert sorted(students) == [f"submission_10{i}" for i in range(1, 6)]
-    assert students["submission_101"][2:5] == ["graded", "10 / 10", "10"]
-    assert students["submission_104"][2:4] == ["error", "–"]
-    assert students["submission_104"][6] == "none"  # no report to link to
-    assert "1 h 30 min" in students["submission_103"][5]
+def test_students_by_function_sorted_by_total(shown):
+    rows = shown["students"]
+    totals = [row[2] for row in rows]
+    assert totals[:2] == ["10 / 10", "10 / 10"] and totals[-1] == "–"  # the grader error last
+    scores = [float(t.split(" / ")[0]) for t in totals if t != "–"]
+    assert scores == sorted(scores, reverse=True)
+    alice = next(i for i, row in enumerate(rows) if "Alice Martin" in row[0])
+    # No GPU here: the GPU test was left out and the others reweighted (8 points over 7 tests).
+    assert rows[alice][1] == "ok" and rows[alice][4:8] == ["3.43", "3.43", "1.14", "2"]
+    assert "/ 3.43" in shown["bodyText"]  # the headers give the points as graded
+    assert shown["studentClasses"][alice] == ["fn full"] * 4
+    blank = next(i for i, row in enumerate(rows) if row[1] == "blank")
+    assert rows[blank][4:7] == ["0", "0", "0"]
+    assert shown["studentClasses"][blank][:3] == ["fn zero"] * 3
+    assert "1 h 30 min" in next(row[3] for row in rows if "Carol Diaz" in row[0])
+
+
+def test_failures_name_the_students_and_a_blank_counts_once(shown):
+    failures = {row[2]: row for row in shown["failures"]}
+    blank = next(row for text, row in failures.items() if text.startswith("blank:"))
+    assert blank[:2] == ["1", "1"] and FORMULA_NAME in blank[3]
+    assert not any("NotImplementedError" in text for text in failures if
+                   not text.startswith("blank:"))  # not once per test
+    answers = failures["no answers file found (expected answers.yml or answers.json)"]
+    assert answers[:2] == ["1", "2"] and answers[3] == "Carol Diaz"  # 1 submission, 2 items
+    assert "timed out after # s during scale" in failures
+    group = next(row for text, row in failures.items() if HOSTILE_MESSAGE in text)
+    assert "Bob Stone" in group[3]
 
 
 def test_hostile_text_is_shown_as_text(shown, page, browser):
-    pair = next(row for row in shown["students"] if row[1] == "submission_102")
-    assert HOSTILE_NAME in pair[0] and "Bob Stone" in pair[0]
-    problems = {row[1]: row for row in shown["problems"]}
-    assert HOSTILE_ERROR in problems["submission_104"][3]
+    pair = next(row for row in shown["students"] if "Bob Stone" in row[0])
+    assert HOSTILE_NAME in pair[0]
     assert any(HOSTILE_MESSAGE in row[2] for row in shown["failures"])
-    assert shown["scripts"] == 0 and len(shown["images"]) == 2  # nothing injected
+    assert shown["scripts"] == 0 and len(shown["images"]) == 3  # nothing injected
     out, _ = page
     browser.open((out / "index.html").as_uri())
     assert not browser.alert_open()  # no alert() ran
 
 
-def test_problems_late_and_hardest(shown):
-    problems = {row[1]: row for row in shown["problems"]}
-    assert sorted(problems) == ["submission_103", "submission_104"]
-    assert problems["submission_103"][2] == "timed out"
-    assert "scale: doubles a tensor" in problems["submission_103"][3]
-    assert "timed out after 3 s" in problems["submission_103"][3]
-    assert problems["submission_104"][2] == "grader error"
+def test_late(shown):
     late = {row[1]: row for row in shown["late"]}
     assert sorted(late) == ["submission_103", "submission_104"]
     assert late["submission_103"][2:4] == ["1 h 30 min (1 d counted)", "10%"]
-    # Q1: only Alice right (1 of 4); Q2: Alice and the group (2 of 4).
-    assert shown["hardestQuestions"][0][:2] == ["Q1 sum_shape", "25% (1/4)"]
-    assert [row[0] for row in shown["hardestQuestions"]] == ["Q1 sum_shape", "Q2 float_types"]
-    hardest = [row[0] for row in shown["hardestTests"]]
-    assert hardest[0].startswith(("divide:", "scale:")) and "add: adds two integers" in hardest
-    counts = {row[2]: int(row[0]) for row in shown["failures"]}
-    assert counts["no answers file found (expected answers.yml or answers.json)"] == 1
-    assert "timed out after # s during scale" in counts
 
 
 def test_an_empty_class_still_gives_a_page(tmp_path, page, browser):
@@ -276,6 +333,47 @@ def test_an_empty_class_still_gives_a_page(tmp_path, page, browser):
     assert browser.js("return document.getElementById('stat-errors').innerText") == "1"
 
 
+def _synthetic_class(assignment, count: int, tests_per_function: int) -> list[GradedSubmission]:
+    """A large class for the real assignment's functions and questions, with made-up reports."""
+    rng = random.Random(3)
+    rows = []
+    for i in range(count):
+        tests = [{"name": q.title, "part": "multiple_choice", "item": q.id,
+                  "status": "passed" if rng.random() < 0.7 else "failed", "score": 0.0,
+                  "max_score": 1.0, "message": "wrong"} for q in assignment.bank.questions]
+        for function in assignment.config.functions:
+            for t in range(tests_per_function):
+                passed = rng.random() < 0.6
+                tests.append({"name": f"{function}: check number {t} of a long series",
+                              "part": "coding", "item": function,
+                              "status": "passed" if passed else "failed",
+                              "score": 1.0 if passed else 0.0, "max_score": 1.0,
+                              "message": "" if passed else f"expected {t}, got {i}"})
+        score = sum(t["score"] for t in tests)
+        report = {"tests": tests, "warnings": [], "score": score, "max_score": len(tests),
+                  "parts": []}
+        sub = ClassSubmission(f"submission_{i}", Path("x"), [Submitter(f"Student {i}", f"{i}")])
+        rows.append(GradedSubmission(sub, i, report, score, score, len(tests), None, None,
+                                     "2025-01-01T00:00:00+00:00", 1.0))
+    return rows
+
+
+def test_a_large_class_keeps_each_part_within_one_screen(tmp_path, browser):
+    """The real assignment (all its functions and questions), 8 tests per function: each part
+    of the pass-rate section stays within one screen until its details are opened."""
+    assignment = load_assignment("dp_basics")
+    rows = _synthetic_class(assignment, 40, 8)
+    write_overview(rows, assignment, tmp_path)
+    state = _render(browser, tmp_path / "index.html")
+    assert state["openDetails"] == 0
+    assert all(0 < h <= SCREEN for h in state["parts"].values()), state["parts"]
+    assert len(state["functionDetails"]) == len(assignment.config.functions)
+    assert len(state["students"]) == 40
+    assert all(len(row[2].split("\n")) >= 1 for row in state["failures"])
+    many = [row for row in state["failures"] if int(row[0]) > 5]
+    assert all(row[3].endswith("submissions") for row in many)  # a folded list, not 40 names
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -285,6 +383,12 @@ def test_failure_messages_are_normalised():
         "cannot read <path>: line #"
     assert normalise("scale2d failed for float16") == "scale2d failed for float16"
     assert len(normalise("x" * 1000)) == 300
+
+
+def test_shades():
+    assert [shade(s, 3) for s in (3, 2.5, 1.5, 0.5, 0)] == ["full", "high", "mid", "low",
+                                                             "zero"]
+    assert shade(0, 0) == "none"
 
 
 def test_durations():
