@@ -1,143 +1,133 @@
 #!/usr/bin/env bash
-# GPU grader check for dp_basics: what the CPU-only test suite cannot cover.
+# GPU grader check for dp_basics: what the CPU-only test suite cannot cover (issue #16).
+# The one prepared script for a session with a GPU machine; docs/GPU.md says how to run it.
 #
-#   environment  nvidia-smi -L and torch.cuda.device_count()
-#   snippets     pytest tests/assignments/test_dp_basics_snippets.py: the question bank's snippets
-#                against their expectations for this machine (one_gpu / multi_gpu columns)
-#   grading      the reference solution graded by the engine; the hidden tests marked
-#                @pytest.mark.gpu must pass here, not be left out as on a CPU grader
+#   install      (GPU machine) the carried wheels (.whl/, scripts/gpu_wheels.sh) and this
+#                checkout into the machine's Python, when `import jsonschema, autograder` fails
+#   environment  python, torch, CUDA build, GPUs, nvidia-smi, and the isolation in force
+#   verify_key   `autograder verify-key dp_basics`: every snippet against its one-GPU expectation
+#   grading      the reference graded with --require-gpu (100%, every @gpu test that needs one
+#                GPU run and passed, not left out) and the blank template (0); tests needing more
+#                GPUs than the machine has are listed as not run, with why
+#   mutants      one mutant per GPU test (device placement forgotten, device_ids wrong, output
+#                gathered on the wrong device, ...): its GPU test fails with a specific message
+#   batch        a warm `autograder batch` of 3 submissions with CUDA visible: the runner server
+#                never initialises CUDA (sampled in /proc), each sandbox does (GPU tests pass)
+#   memory       a bounded memory hog under CUDA: stopped inside the sandbox, results.json written
 #
-# Everything goes to one log: $OUT/gpu_check.log when OUT is set, else ./gpu_check.log (repo root).
-# Nothing is written outside the repo but that log: the work folder, TMPDIR and caches live in
-# ./.gpu-check/ and are removed at the end. Each part has a timeout, so the whole script ends
-# within 5 minutes. Exit status 1 when any part failed, which includes "no GPU on this machine".
+# GPU_CHECK_DRY=1 runs the same parts on a machine without a GPU, with a CPU grader's
+# expectations (GPU tests left out, mutants caught by the simulated-GPU tests, no --require-gpu),
+# so the logic is exercised anywhere. GPU_CHECK_PARTS="environment grading" runs some parts only.
+#
+# Output: $OUT/gpu_check.log (everything) and $OUT/gpu_check.json (the summary); OUT defaults to
+# ./gpu-check-out. The work folder (.gpu-check/run-PID/) holds TMPDIR and caches and is removed at the
+# end (GPU_CHECK_KEEP=1 keeps it). On the GPU machine the parts after `environment` run at once,
+# each under a timeout, so the whole script ends within 5 minutes. Exit 1 when any part failed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 if [[ -x .venv/bin/python ]]; then PY="$ROOT/.venv/bin/python"; else PY="$(command -v python3)"; fi
-LOG="${OUT:+$OUT/gpu_check.log}"
-LOG="${LOG:-$ROOT/gpu_check.log}"
-WORK="$ROOT/.gpu-check"
+OUT="${OUT:-$ROOT/gpu-check-out}"
+LOG="$OUT/gpu_check.log"
+SUMMARY="$OUT/gpu_check.json"
+WORK="$ROOT/.gpu-check/run-$$"  # one per run: two runs at once (a test beside a TA) never meet
+DRY="${GPU_CHECK_DRY:-0}"
+PARTS="${GPU_CHECK_PARTS:-environment verify_key grading mutants batch memory}"
+# Seconds per part: the GPU machine must finish within 5 minutes in all (install and environment
+# first, the rest at once); the dry run on a small shared CPU machine gets more room.
+if [[ $DRY == 1 ]]; then LIMIT=600; else LIMIT=210; fi
 
 rm -rf "$WORK"
-mkdir -p "$WORK/tmp" "$WORK/cache" "$(dirname "$LOG")"
-trap 'rm -rf "$WORK"' EXIT
-# Temporary folders of the engine (and of torch) and CUDA's kernel cache stay in the repo.
+mkdir -p "$WORK/tmp" "$WORK/cache" "$WORK/parts" "$WORK/logs" "$OUT"
+cleanup() { [[ ${GPU_CHECK_KEEP:-0} == 1 ]] || rm -rf "$WORK"; }
+trap cleanup EXIT
 export TMPDIR="$WORK/tmp" XDG_CACHE_HOME="$WORK/cache" CUDA_CACHE_PATH="$WORK/cache/nv"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 GPU_CHECK_DRY="$DRY" GPU_CHECK_PARTS="$PARTS"
 
 exec > >(tee "$LOG") 2>&1
 TEE_PID=$!
 
-FAILED=()
-part() {  # part NAME SECONDS COMMAND...: run one part under a timeout, record a failure
-    local name=$1 seconds=$2 started=$SECONDS code
-    shift 2
-    echo
-    echo "=== $name (timeout ${seconds}s)"
-    timeout -k 5 "$seconds" "$@"
-    code=$?
+record() {  # record NAME CODE STARTED: the part's status for the summary
+    local name=$1 code=$2 seconds=$(($(date +%s) - $3)) status
     case $code in
-        0) echo "--- $name: ok ($((SECONDS - started))s)" ;;
-        124|137) echo "--- $name: TIMED OUT after ${seconds}s"; FAILED+=("$name") ;;
-        *) echo "--- $name: FAILED (exit $code, $((SECONDS - started))s)"; FAILED+=("$name") ;;
+        0) status=ok ;;
+        124|137) status=timed-out ;;
+        *) status=failed ;;
     esac
+    echo "$status $seconds" >"$WORK/parts/$name.status"
+    echo "--- $name: $status (exit $code, ${seconds}s)"
 }
 
-environment() {
-    local code=0
-    if command -v nvidia-smi >/dev/null; then
-        nvidia-smi -L || code=1
-    else
-        echo "nvidia-smi: not found (no NVIDIA driver on this machine)"
-        code=1
+run_part() {  # run_part NAME: one part under its timeout, its output to the log as it comes
+    local name=$1 started
+    started=$(date +%s)
+    echo
+    echo "=== $name (timeout ${LIMIT}s)"
+    timeout -k 5 "$LIMIT" "$PY" scripts/gpu_check.py "$name" "$WORK"
+    record "$name" $? "$started"
+}
+
+install() {  # GPU machine: the carried wheels and this checkout into its Python (root, bare)
+    "$PY" -c 'import jsonschema, autograder' 2>/dev/null && return 0
+    local site
+    site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
+    if compgen -G ".whl/*.whl" >/dev/null; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
+            || return 1
     fi
-    "$PY" -c 'import torch
-n = torch.cuda.device_count()
-print(f"torch {torch.__version__}, CUDA build {torch.version.cuda}, "
-      f"torch.cuda.device_count() = {n}")
-raise SystemExit(0 if n else 1)' || code=1
-    [[ $code == 0 ]] || echo "no GPU present: this machine cannot check the GPU tests"
-    return $code
+    # Not PYTHONPATH: the grader's runners and sandboxes run `python -I`, which ignores it.
+    echo "$ROOT" >"$site/autograder-gpu-check.pth" || return 1
+    "$PY" -c 'import jsonschema, autograder; print("installed:", autograder.__file__)'
 }
 
-echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), python $PY, log $LOG"
-# Budgets: 20 + 110 + 150 s, under the 5 minutes the whole script may take.
-export PY
-export -f environment  # timeout runs programs, not shell functions
-part environment 20 bash -c environment
-part snippets 110 "$PY" -m pytest -q -p no:cacheprovider tests/assignments/test_dp_basics_snippets.py
-part grading 150 "$PY" - "$WORK" <<'PYTHON'
-"""Grade the reference solution; list the GPU tests; fail unless they ran and passed."""
-import ast
-import sys
-from pathlib import Path
+echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), mode $([[ $DRY == 1 ]] && echo dry || echo gpu)"
+echo "python $PY; parts: $PARTS; log $LOG; summary $SUMMARY"
+if [[ $DRY != 1 ]]; then
+    echo
+    echo "=== install (timeout 90s)"
+    started=$(date +%s)
+    export -f install
+    export PY ROOT
+    timeout -k 5 90 bash -c install
+    code=$?
+    echo "--- install: exit $code ($(($(date +%s) - started))s)"
+    [[ $code == 0 ]] || echo "install failed: the parts below will fail to import the grader"
+fi
 
-from autograder.assignment import load_assignment
-from autograder.grade import grade_loaded
-from autograder.markers import reference
+[[ " $PARTS " == *" environment "* ]] && run_part environment
+# The rest at once on the GPU machine (16 cores), each part's output kept apart and added to
+# the log when it ends; one after the other in the dry run (a small machine: parts run at once
+# there would trip the grader's own timeouts). GPU_CHECK_SERIAL=0/1 overrides.
+SERIAL="${GPU_CHECK_SERIAL:-$DRY}"
+pids=()
+for name in $PARTS; do
+    [[ $name == environment ]] && continue
+    if [[ $SERIAL == 1 ]]; then run_part "$name"; continue; fi
+    (
+        started=$(date +%s)
+        timeout -k 5 "$LIMIT" "$PY" scripts/gpu_check.py "$name" "$WORK" \
+            >"$WORK/logs/$name.log" 2>&1
+        code=$?
+        {
+            echo
+            echo "=== $name (timeout ${LIMIT}s)"
+            cat "$WORK/logs/$name.log"
+            record "$name" $code "$started"
+        } >"$WORK/logs/$name.done"
+        cat "$WORK/logs/$name.done"
+    ) &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
 
-work = Path(sys.argv[1])
-assignment = load_assignment("dp_basics")
-submission = work / "reference"
-submission.mkdir()
-(submission / "dp_basics.py").write_text(reference(assignment.solution.read_text()))
-
-
-def gpu_tests() -> list[str]:
-    """Display names of the hidden tests marked @pytest.mark.gpu."""
-    names = []
-    for path in sorted(assignment.hidden_tests.glob("test_*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.FunctionDef) and any(
-                    ast.unparse(d) == "pytest.mark.gpu" for d in node.decorator_list):
-                names.append((ast.get_docstring(node) or node.name).splitlines()[0])
-    return names
-
-
-report = grade_loaded(submission, assignment, work / "out")
-gpus = report.environment.get("gpus", 0)
-coding = next(p for p in report.parts if p.name == "coding")
-by_name = {t.name: t for t in report.tests}
-print(f"reference solution: coding {coding.score:g} / {coding.max_score:g}, total "
-      f"{report.score:g} / {report.max_score:g}; the runner saw {gpus} GPU(s)")
-for warning in report.warnings:
-    print(f"note: {warning}")
-
-problems = []
-if abs(coding.score - coding.max_score) > 1e-6:
-    problems.append("the reference solution lost coding points")
-print("\nGPU tests (@pytest.mark.gpu):")
-for name in gpu_tests():
-    test = by_name.get(name)
-    if test is None:
-        problems.append(f"GPU test not in the report: {name}")
-        continue
-    print(f"  {test.status:9} {test.score:g} / {test.max_score:g}  {name}")
-    if test.status != "passed":
-        print(f"            {test.message}")
-        # Left out is expected only without a GPU, or for a 2-GPU test on a 1-GPU machine.
-        needs_two = "2 GPUs" in name
-        if not (test.status == "excluded" and (gpus == 0 or (gpus == 1 and needs_two))):
-            problems.append(f"GPU test {test.status}: {name}")
-if gpus == 0:
-    print("no GPU present: the GPU tests were excluded (the CPU grader's reweighting)")
-
-print("\n----- report.md")
-print((work / "out" / "report.md").read_text())
-for problem in problems:
-    print(f"PROBLEM: {problem}")
-sys.exit(1 if problems else 0)
-PYTHON
-
+"$PY" scripts/gpu_check.py summary "$WORK" "$SUMMARY"
+status=$?
 echo
-if ((${#FAILED[@]})); then
-    echo "gpu_check: FAILED: ${FAILED[*]} (log: $LOG)"
-    status=1
+if [[ $status == 0 ]]; then
+    echo "gpu_check: all parts passed (log: $LOG, summary: $SUMMARY)"
 else
-    echo "gpu_check: all parts passed (log: $LOG)"
-    status=0
+    echo "gpu_check: FAILED (log: $LOG, summary: $SUMMARY)"
 fi
 exec >&- 2>&-  # close the pipe so tee finishes writing the log
 wait "$TEE_PID" 2>/dev/null
