@@ -31,6 +31,7 @@ from .overview import write_overview
 from .paths import GRADING_CONFIG
 from .roster import discover
 from .sandbox import gpu_device_present
+from .submission_status import derive, take_kept_events
 
 BACKENDS = ("local", "ray")
 
@@ -41,13 +42,31 @@ class BatchError(ValueError):
 
 @dataclass
 class BatchSummary:
+    """What one run did. total == graded + failed + skipped + left_out, always."""
+
     total: int  # submissions found
-    graded: int  # graded in this run
+    graded: int  # graded in this run (the grader did not fail on them)
     skipped: int  # unchanged since their last run
     failed: int  # the grader itself failed on them (they are retried by the next run)
     seconds: float
     out: Path
     warnings: list[str] = field(default_factory=list)
+    left_out: int = 0  # not chosen by --only
+    flagged: int = 0  # of those graded in this run, flagged (see submission_status)
+    statuses: dict[str, int] = field(default_factory=dict)  # this run's gradings, by status
+
+    @property
+    def nothing_to_grade(self) -> bool:
+        return self.graded + self.failed == 0
+
+    def line(self) -> str:
+        """One line for the TA; its numbers add up to the roster."""
+        left_out = f", {self.left_out} left out by --only" if self.left_out else ""
+        if self.nothing_to_grade:
+            return f"{self.skipped} unchanged, nothing to grade{left_out}"
+        flagged = f" ({self.flagged} flagged)" if self.flagged else ""
+        return (f"{self.total} submissions: {self.graded} graded{flagged}, {self.failed} "
+                f"grader error(s), {self.skipped} unchanged{left_out}, in {self.seconds:g} s")
 
 
 @dataclass
@@ -61,8 +80,9 @@ class _Planned:
 def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
           backend: str = "local", address: str | None = None, force: bool = False,
           only: list[str] | None = None, config_path: Path = GRADING_CONFIG,
-          progress: bool = True) -> BatchSummary:
-    """Grade every submission under `submissions` that needs it; write the class outputs."""
+          progress: bool = True, detail: bool = False) -> BatchSummary:
+    """Grade every submission under `submissions` that needs it; write the class outputs
+    (`detail`: grades.csv gets a column per hidden test)."""
     started = time.monotonic()
     if backend not in BACKENDS:
         raise BatchError(f"unknown backend {backend!r} (use one of: {', '.join(BACKENDS)})")
@@ -72,7 +92,7 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
         return _batch(submissions, spec, out, jobs, backend, address, force, only, config_path,
-                      progress, started)
+                      progress, started, detail)
 
 
 @contextmanager
@@ -89,7 +109,7 @@ def _exclusive(out: Path) -> Iterator[None]:
 
 def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: str,
            address: str | None, force: bool, only: list[str] | None, config_path: Path,
-           progress: bool, started: float) -> BatchSummary:
+           progress: bool, started: float, detail: bool) -> BatchSummary:
     assignment = spec.name
     roster = discover(submissions, out / ".export")
     warnings = list(roster.warnings)
@@ -106,41 +126,60 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
                 continue
             plan.append(planned)
         by_key = {p.task.key: p for p in plan}
-        graded = failed = 0
-        outcomes = _run([p.task for p in plan], jobs, backend, address, spec)
-        bar = tqdm(total=len(plan), unit="submission", disable=not progress,
-                   desc=f"grading {assignment}")
+        graded = failed = flagged = 0
+        statuses: dict[str, int] = {}
+        outcomes = _run([p.task for p in plan], jobs, backend, address, spec) if plan else []
+        bar = tqdm(total=len(plan), unit="submission", disable=not progress or not plan)
+        waiting = [p.task.key for p in plan]  # workers take tasks in this order
+        _show_current(bar, waiting, jobs)
         try:
             for outcome in outcomes:
                 planned = by_key[outcome.key]
+                # The sandbox's events (TA only) leave the staging folder before it is published.
+                events = take_kept_events(Path(planned.task.out))
                 if outcome.error is None:
                     try:
                         _publish(planned, out)
                     except OSError as exc:  # e.g. a Ray worker without the shared folder
                         outcome.error = f"its reports could not be put in place: {exc}"
-                if outcome.error is not None:
-                    failed += 1
+                status = derive(outcome.report, outcome.error, events)
+                failed += outcome.error is not None
+                flagged += status.status == "flagged"
+                statuses[status.status] = statuses.get(status.status, 0) + 1
                 book.record(planned.submission, assignment, outcome, planned.content_hash,
-                            *versions, planned.late)
+                            *versions, planned.late, status)
                 graded += 1
+                waiting.remove(outcome.key)
+                _show_current(bar, waiting, jobs)
+                bar.set_postfix({"errors": failed, "flagged": flagged}, refresh=False)
                 bar.update(1)
-                bar.set_postfix(failed=failed, refresh=False)
         finally:
             bar.close()
             if hasattr(outcomes, "close"):
                 outcomes.close()  # stops the workers (Ctrl-C included)
-        warnings += write_class_outputs(book, spec, out, [s.key for s in roster.submissions])
+        warnings += write_class_outputs(book, spec, out, [s.key for s in roster.submissions],
+                                        detail)
     shutil.rmtree(out / ".staging", ignore_errors=True)
     return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
-                        round(time.monotonic() - started, 2), out, warnings)
+                        round(time.monotonic() - started, 2), out, warnings,
+                        left_out=len(roster.submissions) - len(chosen), flagged=flagged,
+                        statuses=statuses)
+
+
+def _show_current(bar: tqdm, waiting: list[str], jobs: int) -> None:
+    """The submission being graded on the bar (the oldest in flight; `+N` more at once)."""
+    now = waiting[:jobs]
+    more = f" +{len(now) - 1}" if len(now) > 1 else ""
+    bar.set_description(f"grading {now[0]}{more}" if now else "graded", refresh=False)
 
 
 def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
-                        keys: list[str]) -> list[str]:
-    """grades.csv, gradescope_scores.csv and index.html, from the latest run of each key;
-    returns notes on students left out of the Gradescope import."""
+                        keys: list[str], detail: bool = False) -> list[str]:
+    """grades.csv (with a column per hidden test when `detail`), gradescope_scores.csv and
+    index.html, from the latest run of each key; returns notes on students left out of the
+    Gradescope import."""
     rows = book.latest(keys)
-    write_grades_csv(rows, assignment, out / "grades.csv")
+    write_grades_csv(rows, assignment, out / "grades.csv", detail=detail)
     notes = write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
     write_overview(rows, assignment, out)
     return [f"gradescope_scores.csv: {note}" for note in notes]
@@ -207,3 +246,76 @@ def _publish(planned: _Planned, out: Path) -> None:
         os.replace(fresh, target)
         shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(staged, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- history
+
+
+@dataclass
+class RunChange:
+    """One run of a submission, and what changed since the run before it."""
+
+    run_id: int
+    graded_at: str
+    score: float | None  # after the late penalty; None when the grader failed
+    max_score: float | None
+    status: str
+    detail: str
+    why: list[str]  # what was different about this run: files, grader, hidden tests
+    score_change: float | None  # against the previous run; None for the first
+    tests: list[tuple[str, str, str]]  # (test, before, now) for each test whose outcome changed
+
+
+@dataclass
+class SubmissionHistory:
+    key: str
+    students: list[str]  # "name (sid)"
+    runs: list[RunChange]
+
+
+def history(out: Path, who: str, since_run: int | None = None) -> list[SubmissionHistory]:
+    """The runs of each submission of `who` (a sid or a submission key) in OUT's gradebook,
+    oldest first, each with what changed since the one before (score, status, tests), from
+    run `since_run` on when given. Raises BatchError when the gradebook or the student is
+    not there."""
+    path = out / "gradebook.sqlite"
+    if not path.is_file():
+        raise BatchError(f"no gradebook in {out}: run `autograder batch ... --out {out}` first")
+    found = []
+    with Gradebook(path) as book:
+        keys = book.keys_of(who)
+        if not keys:
+            raise BatchError(f"no submission of {who!r} in {path}")
+        latest = {row.submission.key: row for row in book.latest(keys)}
+        for key in keys:
+            submitters = latest[key].submission.submitters if key in latest else []
+            changes, before = [], None
+            for run in book.history(key):
+                changes.append(_change(run, before))
+                before = run
+            if since_run is not None:
+                changes = [c for c in changes if c.run_id >= since_run]
+            found.append(SubmissionHistory(key, [f"{s.name} ({s.sid})" for s in submitters],
+                                           changes))
+    return found
+
+
+def _change(run: dict, before: dict | None) -> RunChange:
+    why, tests, delta = [], [], None
+    if before is not None:
+        for field_name, text in (("content_hash", "new files"),
+                                 ("assignment_version", "hidden tests or config changed"),
+                                 ("grader_version", "grader changed")):
+            if run[field_name] != before[field_name]:
+                why.append(text)
+        if not why:
+            why.append("regraded (--only or --force)")
+        if run["score"] is not None and before["score"] is not None:
+            delta = round(run["score"] - before["score"], 4)
+        for name in dict.fromkeys([*before["tests"], *run["tests"]]):
+            old, new = before["tests"].get(name), run["tests"].get(name)
+            if (old and old[0]) != (new and new[0]):
+                tests.append((name, old[0] if old else "absent", new[0] if new else "absent"))
+    return RunChange(run["id"], run["graded_at"], run["score"], run["max_score"],
+                     run["status"]["status"], run["status"]["detail"] or (run["error"] or ""),
+                     why, delta, tests)

@@ -45,9 +45,14 @@ def grade(submission: Path, assignment: str, out: Path, config_path: Path,
     except (ConfigError, GradingError) as exc:
         click.echo(f"error: {inert(str(exc))}", err=True)
         sys.exit(2)
+    from .report import points
+
+    if report.graded_file:
+        click.echo(f"graded file: {inert(report.graded_file['file'])} "
+                   f"({inert(report.graded_file['why'])})")
     for part in report.parts:
-        click.echo(f"{part.name:<16} {part.score:>7g} / {part.max_score:g}")
-    click.echo(f"{'total':<16} {report.score:>7g} / {report.max_score:g}")
+        click.echo(f"{part.name:<16} {points(part.score):>7} / {points(part.max_score)}")
+    click.echo(f"{'total':<16} {points(report.score):>7} / {points(report.max_score)}")
     for warning in report.warnings:  # inert already; again, as this is a terminal
         click.echo(f"note: {inert(warning)}")
     click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
@@ -248,10 +253,12 @@ def gradescope(assignment: str, out: Path | None, config_path: Path) -> None:
 @click.option("--force", is_flag=True, help="Regrade every submission, changed or not.")
 @click.option("--only", multiple=True, metavar="SID",
               help="Regrade only this student (sid or submission key); repeatable.")
+@click.option("--detail", is_flag=True, help="grades.csv: also a column per hidden test.")
 @click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str,
-          address: str | None, force: bool, only: tuple[str, ...], config_path: Path) -> None:
+          address: str | None, force: bool, only: tuple[str, ...], detail: bool,
+          config_path: Path) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes."""
     from .batch import BatchError
@@ -263,7 +270,7 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str
     try:
         summary = run_batch(submissions, assignment, out, jobs=jobs, backend=backend,
                             address=address, force=force, only=list(only),
-                            config_path=config_path)
+                            config_path=config_path, detail=detail)
     except KeyboardInterrupt:
         click.echo("stopped: every finished submission is in the gradebook; run the same "
                    "command again to grade the rest", err=True)
@@ -273,11 +280,45 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str
         sys.exit(2)
     for warning in summary.warnings:  # roster notes name the export's folders
         click.echo(f"note: {inert(warning)}")
-    click.echo(f"{summary.total} submissions: {summary.graded} graded, {summary.skipped} "
-               f"unchanged (skipped), {summary.failed} grader errors, in {summary.seconds:g} s")
-    click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")
+    click.echo(summary.line())
+    if not summary.nothing_to_grade:
+        click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")
     if summary.failed:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("who", metavar="SID")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The folder a batch wrote (its gradebook.sqlite).")
+@click.option("--since-run", type=click.IntRange(min=1), metavar="N",
+              help="Only runs from run N on (ids as shown).")
+def history(who: str, out: Path, since_run: int | None) -> None:
+    """A student's grading runs (SID, or a submission key) and what changed between them:
+    score, status and the tests whose outcome changed."""
+    from .batch import BatchError
+    from .batch import history as read_history
+    from .gradebook import GradebookError
+
+    try:
+        found = read_history(out, who, since_run)
+    except (BatchError, GradebookError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    for entry in found:
+        students = ", ".join(entry.students)
+        click.echo(inert(f"{entry.key}" + (f": {students}" if students else "")))
+        if not entry.runs:
+            click.echo("  no run in that range")
+        for run in entry.runs:
+            score = "no score" if run.score is None else f"{run.score:g}/{run.max_score:g}"
+            change = "" if run.score_change is None else f" ({run.score_change:+g})"
+            why = f"; {', '.join(run.why)}" if run.why else ""
+            detail = f": {run.detail}" if run.detail and run.status != "ok" else ""
+            click.echo(inert(f"  run {run.run_id}  {run.graded_at}  {score}{change}  "
+                             f"{run.status}{detail}{why}"))
+            for name, before, now in run.tests:
+                click.echo(inert(f"      {name}: {before} -> {now}"))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ content), the grader's own failure and the sandbox's event log:
 - `not_importable`: the module raised at import (a syntax or import error), with the error;
 - `timed_out`: tests ran out of time (how many);
 - `crashed`: tests ended with the worker dead (killed, exited, crashed) (how many);
-- `blank`: the template unchanged: no coding test passed, and most failed on
+- `blank`: the template unchanged: no coding test passed, and each failed on
   `NotImplementedError` or a missing function;
 - `ok`: none of the above.
 
@@ -147,8 +147,8 @@ def derive(report: dict | None, error: str | None = None,
         found.status, found.detail = "timed_out", f"{slow} of {len(counted)} tests timed out"
     elif dead:
         found.status, found.detail = "crashed", f"{dead} of {len(counted)} tests crashed"
-    elif counted and len(failed) == len(counted) and 2 * sum(
-            any(n in m for n in _BLANK) for m in messages) >= len(messages):
+    elif counted and len(failed) == len(counted) and all(
+            any(n in m for n in _BLANK) for m in messages):
         found.status, found.detail = "blank", ("the template unchanged: its functions raise "
                                                "NotImplementedError or are missing")
     found.detail = clip(inert(found.detail), MAX_DETAIL)

@@ -37,9 +37,26 @@ def make_class(root: Path, students: dict[str, str | None]) -> Path:
     return root
 
 
+BLANK = ("def add(a, b):\n    raise NotImplementedError\n\n\n"
+         "def divide(a, b):\n    raise NotImplementedError\n\n\n"
+         "def scale(x):\n    raise NotImplementedError\n")
+# Right answers, and attempts the sandbox refuses (caught, so nothing shows in the report).
+HOSTILE = GOOD.replace("def add(a, b):\n", """def add(a, b):
+    import os, socket
+    for attempt in (lambda: socket.create_connection(("203.0.113.9", 80), timeout=1),
+                    lambda: open("/etc/autograder-was-here", "w"),
+                    lambda: os.kill(os.getppid(), 9)):
+        try:
+            attempt()
+        except Exception:
+            pass
+""")
 CLASS = {"alice": GOOD, "bob": "def add(a, b):\n    return a - b\n",
          "carol": "def add(a, b) return a + b\n",  # a syntax error
-         "dave": None}
+         "dave": None, "erin": BLANK, "mallory": HOSTILE}
+N = len(CLASS)
+STATUSES = {"alice": "ok", "bob": "ok", "carol": "not_importable", "dave": "no_module",
+            "erin": "blank", "mallory": "flagged"}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +65,8 @@ def graded_class(tmp_path_factory) -> tuple[Path, Path]:
     submissions = make_class(root / "submissions", CLASS)
     out = root / "out"
     summary = batch(submissions, "toy", out, jobs=2, config_path=CONFIG, progress=False)
-    assert (summary.total, summary.graded, summary.skipped, summary.failed) == (4, 4, 0, 0)
+    assert (summary.total, summary.graded, summary.skipped, summary.failed) == (N, N, 0, 0)
+    assert summary.left_out == 0 and summary.flagged == 1
     return submissions, out
 
 
@@ -72,7 +90,8 @@ def test_every_student_is_graded_and_one_broken_submission_costs_only_itself(gra
     scores = latest_scores(out)
     assert scores["alice"][0] == scores["alice"][1] == 10  # the toy is out of 10
     assert 2 <= scores["bob"][0] < 10  # answers right, add wrong
-    for broken in ("carol", "dave"):  # no usable code: the answers still count
+    assert scores["mallory"][0] == 10  # flagged, not penalised: the TA decides
+    for broken in ("carol", "dave", "erin"):  # no usable code: the answers still count
         assert scores[broken][0] == 2 and scores[broken][2] is None
     report = json.loads((out / "reports" / "carol" / "report.json").read_text())
     assert any("SyntaxError" in t["message"] for t in report["tests"] if t["part"] == "coding")
@@ -87,9 +106,69 @@ def test_outputs_for_the_class(graded_class):
         rows = {row["sid"]: row for row in csv.DictReader(f)}
     assert set(rows) == set(CLASS)
     assert float(rows["alice"]["total"]) == 10
+    assert {sid: row["status"] for sid, row in rows.items()} == STATUSES
+    assert "SyntaxError" in rows["carol"]["reason"]
+    assert "/etc/autograder-was-here" in rows["mallory"]["reason"]
+    assert "203.0.113.9" in rows["mallory"]["reason"]
     assert (out / "gradescope_scores.csv").is_file()
     index = (out / "index.html").read_text()
     assert all(f"reports/{sid}/report.html" in index for sid in CLASS)
+    # The first section: who needs a look, with the reasons (the done-when of issue #13).
+    first = index.split('<section id="look">', 1)[1].split("</section>", 1)[0]
+    assert index[index.index("<body"):].split("<section", 2)[1].startswith(' id="look"')
+    for sid in ("carol", "dave", "erin", "mallory"):
+        assert f"reports/{sid}/report.html" in first
+    assert "alice" not in first and "bob" not in first
+    assert "SyntaxError" in first and "template unchanged" in first
+    assert "tried to write outside its sandbox" in first
+    # The students' own files say nothing about flags.
+    for name in ("results.json", "report.json", "report.md", "report.html"):
+        text = (out / "reports" / "mallory" / name).read_text()
+        assert "flag" not in text.lower() and "autograder-was-here" not in text
+    assert not list((out / "reports").rglob("ta-sandbox-events.json"))
+
+
+def test_summaries_add_up_to_the_roster(graded_class, tmp_path, capsys):
+    submissions, first_out = graded_class
+    out = tmp_path / "out"
+    shutil.copytree(first_out, out)
+    nothing = batch(submissions, "toy", out, config_path=CONFIG, progress=True)
+    assert nothing.nothing_to_grade and nothing.line() == f"{N} unchanged, nothing to grade"
+    assert "submission" not in capsys.readouterr().err  # no empty progress bar
+    one = batch(submissions, "toy", out, only=["alice"], config_path=CONFIG, progress=False)
+    assert (one.graded, one.skipped, one.failed, one.left_out) == (1, 0, 0, N - 1)
+    assert one.line().startswith(f"{N} submissions: 1 graded, 0 grader error(s), 0 unchanged, "
+                                 f"{N - 1} left out by --only")
+    result = subprocess.run([str(AUTOGRADER), "batch", str(submissions), "-a", "toy", "-o",
+                             str(out), "--config", str(CONFIG)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{N} unchanged, nothing to grade\n"
+
+
+def test_history_of_a_student(graded_class, tmp_path):
+    from autograder.batch import history
+
+    submissions, first_out = graded_class
+    out = tmp_path / "out"
+    shutil.copytree(first_out, out)
+    changed = tmp_path / "submissions"
+    shutil.copytree(submissions, changed)
+    (changed / "carol" / "toy.py").write_text(GOOD)
+    batch(changed, "toy", out, only=["carol"], config_path=CONFIG, progress=False)
+    (entry,) = history(out, "carol")
+    first, second = entry.runs
+    assert (first.status, second.status) == ("not_importable", "ok")
+    assert second.score_change == 8 and second.why == ["new files"]
+    assert ("add: adds two integers", "failed", "passed") in second.tests
+    assert [r.run_id for r in history(out, "carol", since_run=second.run_id)[0].runs] == \
+        [second.run_id]
+    with pytest.raises(BatchError, match="no submission of 'zoe'"):
+        history(out, "zoe")
+    result = subprocess.run([str(AUTOGRADER), "history", "carol", "-o", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "not_importable" in result.stdout and "(+8)" in result.stdout
+    assert "add: adds two integers: failed -> passed" in result.stdout
 
 
 def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(graded_class,
@@ -98,7 +177,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     out = tmp_path / "out"
     shutil.copytree(first_out, out)
     again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
-    assert (again.graded, again.skipped) == (0, 4)
+    assert (again.graded, again.skipped) == (0, N)
     assert run_counts(out) == dict.fromkeys(CLASS, 1)
 
     # One student resubmits: only they are regraded, and their first run stays in the history.
@@ -106,7 +185,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     shutil.copytree(submissions, changed)
     (changed / "bob" / "toy.py").write_text(GOOD)
     again = batch(changed, "toy", out, config_path=CONFIG, progress=False)
-    assert (again.graded, again.skipped) == (1, 3)
+    assert (again.graded, again.skipped) == (1, N - 1)
     assert run_counts(out)["bob"] == 2
     assert latest_scores(out)["bob"][0] == 10
     with Gradebook(out / "gradebook.sqlite") as book:
@@ -115,7 +194,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
 
     # --only regrades one student even when nothing changed; --force regrades everyone.
     batch(changed, "toy", out, only=["alice"], config_path=CONFIG, progress=False)
-    assert run_counts(out) == {"alice": 2, "bob": 2, "carol": 1, "dave": 1}
+    assert run_counts(out) == {**dict.fromkeys(CLASS, 1), "alice": 2, "bob": 2}
     with pytest.raises(BatchError, match="no submission of zoe"):
         batch(changed, "toy", out, only=["zoe"], config_path=CONFIG, progress=False)
 
@@ -157,13 +236,13 @@ def test_kill_9_then_rerun_gives_the_same_gradebook_as_an_uninterrupted_run(grad
     _wait_for_runs(out, 1, process)
     process.kill()  # SIGKILL: no clean-up of any kind in the batch process
     process.wait()
-    assert 1 <= sum(run_counts(out).values()) < 4
+    assert 1 <= sum(run_counts(out).values()) < N
     rerun = _start(submissions, out, jobs=2)
     stdout, stderr = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, stderr
     assert run_counts(out) == dict.fromkeys(CLASS, 1)  # nothing lost, nothing twice
     assert latest_scores(out) == latest_scores(uninterrupted)
-    assert "unchanged (skipped)" in stdout
+    assert f"{N} submissions: " in stdout and " unchanged" in stdout
 
 
 def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(graded_class, tmp_path):
@@ -267,5 +346,5 @@ def test_one_batch_at_a_time_per_output_folder_and_missing_reports_are_regraded(
     # A batch killed while swapping a student's report folder left it missing.
     shutil.rmtree(out / "reports" / "carol")
     again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
-    assert (again.graded, again.skipped) == (1, 3)
+    assert (again.graded, again.skipped) == (1, N - 1)
     assert (out / "reports" / "carol" / "report.html").is_file()
