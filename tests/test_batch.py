@@ -81,6 +81,8 @@ def run_counts(out: Path) -> dict[str, int]:
     db = sqlite3.connect(out / "gradebook.sqlite")
     try:
         return dict(db.execute("SELECT submission_key, COUNT(*) FROM runs GROUP BY 1"))
+    except sqlite3.OperationalError:  # the batch has created the file, not yet its tables
+        return {}
     finally:
         db.close()
 
