@@ -101,6 +101,7 @@ class _Supervisor:
         self.sandbox_uids: set[int] = set()
         self.environment: dict = {}
         self.durations: dict[str, float] = {}  # nodeid -> seconds the test took
+        self.budgets: dict = {}
 
     def run(self) -> tuple[list[CodingOutcome], list[str], dict]:
         try:
@@ -113,6 +114,8 @@ class _Supervisor:
             raise GradingError("the hidden tests could not be collected (see messages above)")
         outcomes = [self._outcome(spec) for spec in self.specs]
         self.warnings += self._hang_warnings(outcomes)
+        if self.budgets:  # how this grading's test budgets were set (see autograder.budgets)
+            self.environment["time_budgets"] = self.budgets
         return outcomes, self.warnings, self.environment
 
     def _hang_warnings(self, outcomes: list[CodingOutcome]) -> list[str]:
@@ -216,6 +219,10 @@ class _Supervisor:
                             "nodeid": str(event["nodeid"])})
                     elif kind == "calibration":
                         self.job.machine_calibration = float(event["seconds"])
+                        self.budgets = {
+                            "machine_factor": round(float(event["factor"]), 2),
+                            "calibration_seconds": round(float(event["seconds"]), 3),
+                            "k": self.job.budget_factor, "floor_seconds": self.job.budget_floor}
                     elif kind == "done":
                         finished = True
         finally:

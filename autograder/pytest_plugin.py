@@ -331,8 +331,8 @@ class GradingPlugin:
         self.machine_factor = 1.0
         if job.timings and job.budget_factor > 0:
             measured = job.machine_calibration or budgets.calibration_seconds()
-            emit({"event": "calibration", "seconds": measured})
             self.machine_factor = budgets.machine_factor(job.timings_calibration, measured)
+            emit({"event": "calibration", "seconds": measured, "factor": self.machine_factor})
         # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
         self.simulated_gpus = random.SystemRandom().randint(2, 4)
         sandbox_module.on_process_start = lambda pid: emit({"event": "sandbox", "pid": pid})

@@ -24,7 +24,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from . import student_check
+from . import budgets, student_check
 from .assignment import Assignment, load_assignment
 from .config import load_config
 from .markers import reference, strip_solutions
@@ -372,6 +372,7 @@ class SelfCheck:
 
     passed: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    timings: budgets.Timings | None = None  # the reference's time per hidden test
 
 
 def _failed_tests(report: Report) -> list[str]:
@@ -379,7 +380,10 @@ def _failed_tests(report: Report) -> list[str]:
             for t in report.tests if t.status == "failed"]
 
 
-def _grade_reference(assignment: Assignment, work: Path) -> list[str]:
+def _grade_reference(assignment: Assignment, work: Path,
+                     timings: list[budgets.Timings] | None = None) -> list[str]:
+    """Problems of the reference's grading; its time per hidden test appended to `timings`."""
+    from .coding import _durations, record_durations
     from .grade import grade_loaded
 
     folder = work / "reference"
@@ -388,7 +392,17 @@ def _grade_reference(assignment: Assignment, work: Path) -> list[str]:
     (folder / f"{assignment.config.module}.py").write_text(reference(source), encoding="utf-8")
     (folder / "answers.yml").write_text(yaml.safe_dump(key_answers(assignment.bank),
                                                        sort_keys=False), encoding="utf-8")
-    report = grade_loaded(folder, assignment, work / "reference-out")
+    durations: dict = {}
+    token = record_durations(durations)
+    try:
+        report = grade_loaded(folder, assignment, work / "reference-out")
+    finally:
+        _durations.reset(token)
+    if timings is not None:
+        calibration = durations.pop("calibration", None) or budgets.calibration_seconds()
+        timings.append(budgets.Timings(
+            budgets.fingerprint(assignment.root, assignment.config.module), calibration,
+            durations))
     failed = _failed_tests(report)
     pending = any(t.status == "pending" for t in report.tests)
     if failed or (not pending and abs(report.score - report.max_score) > 1e-6):
@@ -462,6 +476,7 @@ def self_check(assignment: Assignment, files: dict[str, bytes], log: Log = print
                              f"{len(tests)} hidden tests add up to grading.yml's")
         result.problems += _answer_files_check(files, assignment.bank, work)
         log("  self-check: snippets, public tests, grading the reference and the template...")
+        recorded: list[budgets.Timings] = []
         with ThreadPoolExecutor(3) as pool:
             jobs = {
                 "key snippets": pool.submit(lambda: [
@@ -470,7 +485,7 @@ def self_check(assignment: Assignment, files: dict[str, bytes], log: Log = print
                 "public tests pass on the reference": pool.submit(
                     _public_tests_pass, assignment, files, work),
                 "reference with the full key scores 100%": pool.submit(
-                    _grade_reference, assignment, work),
+                    _grade_reference, assignment, work, recorded),
                 "template scores 0": pool.submit(_grade_template, assignment, files, work),
             }
             for label, job in jobs.items():
@@ -483,6 +498,7 @@ def self_check(assignment: Assignment, files: dict[str, bytes], log: Log = print
                 else:
                     result.passed.append(label)
         log(f"  self-check: done in {time.monotonic() - started:.0f} s")
+        result.timings = recorded[0] if recorded else None
     return result
 
 
@@ -528,6 +544,10 @@ def release(name: str, project: Project, run_self_check: bool = True,
             log(f"  ok: {line}")
         if checked.problems:
             raise ReleaseError(f"{name}: self-check failed, nothing written", checked.problems)
+        if checked.timings is not None:  # each hidden test's budget is calibrated from these
+            write_timings(assignment, checked.timings)
+            log(f"  recorded the reference's time of {len(checked.timings.tests)} hidden tests "
+                f"in {assignment.root.name}/{budgets.TIMINGS_NAME}")
     folder = project.templates_dir / name
     drift = template_drift(files, folder)
     write_template(files, folder)
@@ -538,11 +558,22 @@ def release(name: str, project: Project, run_self_check: bool = True,
     return Released(name, drift, zip_path, otter_dir)
 
 
+def write_timings(assignment: Assignment, timings: budgets.Timings) -> Path:
+    path = assignment.root / budgets.TIMINGS_NAME
+    path.write_text(timings.to_json())
+    return path
+
+
 def check_templates(names: list[str], project: Project) -> list[str]:
-    """Files of the committed templates that differ from what the sources give (no writing)."""
+    """Files of the committed templates that differ from what the sources give (no writing),
+    and recorded reference timings that no longer match the hidden tests."""
     drift = []
     for name in names:
         assignment = load_assignment(name, project.config_path)
+        # Without timings.json every test has the flat budget; with one, it must be current.
+        why = budgets.stale(assignment.root, assignment.config.module)
+        if why is not None and budgets.load(assignment.root) is not None:
+            drift.append(f"assignments/{name}/{why}")
         files = student_files(assignment, project.torch_requirement())
         folder = project.templates_dir / name
         drift += [f"{folder.relative_to(project.root)}/{line}"

@@ -36,10 +36,11 @@ def serve(control_fd: int) -> None:
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
-    from . import isolation_launcher, sandbox  # noqa: F401
+    from . import budgets, isolation_launcher, sandbox  # noqa: F401
     from .isolation import detect
     from .pytest_plugin import Job
     from .runner import run
+
     # Everything a warm zygote's workers import, imported here: a fork enters a file-system
     # view where the grader's package is not, so a module imported later fails (simulated
     # GPUs did: every simulated-GPU test of a batch failed at the student's import).
@@ -47,6 +48,7 @@ def serve(control_fd: int) -> None:
 
     torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
     detect()  # cached: forked runners inherit the proven isolation
+    budgets.calibration_seconds()  # once per worker: forked runners inherit the machine factor
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -183,6 +185,14 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         # Not dumpable (changing uid cleared the flag; the zygote clears it anyway, as in a cold
         # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot
+        # A cold sandbox runs the runtime as the package `agsandbox` (a copy in its folder),
+        # and probes import it by that name (simulated_cuda.journal()): the same modules here.
+        from . import sandbox_runtime
+        from .sandbox_runtime import codec, simulated_cuda, wire
+
+        sys.modules[sandbox.RUNTIME_PACKAGE] = sandbox_runtime
+        for module in (codec, simulated_cuda, wire, worker):
+            sys.modules[f"{sandbox.RUNTIME_PACKAGE}.{module.__name__.rsplit('.', 1)[1]}"] = module
         sys.argv[:] = ["sandbox"]
         worker.main(["zygote", str(control_fd)])
     except BaseException:  # noqa: BLE001 - say why, then fail like the launcher does

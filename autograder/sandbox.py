@@ -200,6 +200,69 @@ def _limit(limits: SandboxLimits, cgroup: Cgroup | None,
     return apply
 
 
+# What the trusted processes of one grading may need beside its sandboxes: the parent (no
+# torch) and the runner (pytest and torch imported), measured at about 90 + 260 MB RSS on the
+# reference (bench/worst_cases.py), with room for a large reply being decoded.
+TRUSTED_RESERVE = 400 << 20
+MIN_SANDBOX_MEMORY = 256 << 20
+
+
+def container_memory_limit() -> int | None:
+    """The memory limit of the cgroup this grader runs in (the tightest of its ancestors:
+    Gradescope's container, Docker's --memory), or None when there is none."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    found: list[int] = []
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if names == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():  # v2
+            folder = Path("/sys/fs/cgroup") / path.lstrip("/")
+            while True:
+                found += _limit_in(folder / "memory.max")
+                if folder == Path("/sys/fs/cgroup") or folder == folder.parent:
+                    break
+                folder = folder.parent
+        elif "memory" in names.split(","):  # v1: the kernel sums up the ancestors for us
+            try:
+                stat = (Path("/sys/fs/cgroup/memory") / path.lstrip("/") /
+                        "memory.stat").read_text()
+            except OSError:
+                continue
+            for entry in stat.splitlines():
+                if entry.startswith("hierarchical_memory_limit "):
+                    found += _limit_in(None, entry.split()[1])
+    return min(found) if found else None
+
+
+def _limit_in(path: Path | None, text: str | None = None) -> list[int]:
+    try:
+        value = (text if text is not None else path.read_text()).strip()
+        number = int(value)
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [number] if number < (1 << 50) else []  # "max" or the v1 page-rounded infinity
+
+
+def sandbox_memory_bytes(configured: int, share: int | None = None) -> int:
+    """The memory limit of one sandbox's cgroup: grading.yml's, or less when this grader's own
+    container is smaller. Then a submission that takes all the memory it can is killed inside
+    its sandbox and the grader, which writes results.json, never is. `share`: sandboxes that
+    may run at once (batch workers, AUTOGRADER_SANDBOX_SHARE), each with its trusted processes.
+    """
+    limit = container_memory_limit()
+    if limit is None:
+        return configured
+    if share is None:
+        try:
+            share = max(1, int(os.environ.get("AUTOGRADER_SANDBOX_SHARE", "1")))
+        except ValueError:
+            share = 1
+    room = (limit - share * TRUSTED_RESERVE) // share
+    return max(MIN_SANDBOX_MEMORY, min(configured, room))
+
+
 def gpu_device_present() -> bool:
     return Path("/dev/nvidiactl").exists()
 
@@ -250,7 +313,8 @@ class Zygote:
     def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
                  isolation: Isolation, ids: tuple[int, int] | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.cgroup = Cgroup.create(limits.memory_bytes, limits.max_processes)
+        self.cgroup = Cgroup.create(sandbox_memory_bytes(limits.memory_bytes),
+                                    limits.max_processes)
         self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
                            (theirs.fileno(),), isolation, ids, self.cgroup)
         theirs.close()

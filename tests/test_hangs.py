@@ -30,8 +30,8 @@ assignments:
     parts:
       multiple_choice: {points: 2}
       coding:
-        points: 10
-        functions: {add: 4, divide: 3, scale: 3}
+        points: 11
+        functions: {add: 4, divide: 3, scale: 4}
         show_student_output: true
     timeouts: {call: 2, test: 8, submission: 300, budget_factor: 10, budget_floor: 1.5}
     rank_retries: RETRIES
@@ -101,6 +101,13 @@ def test_scale_calls_add(student):
 def test_scale(student):
     """scale: doubles"""
     assert torch.equal(student.scale(torch.arange(3.0)), torch.tensor([0.0, 2.0, 4.0]))
+
+
+@pytest.mark.points(1)
+def test_scale_simulated(student):
+    """scale: with simulated GPUs"""
+    report = student.simulated(2).probe(probes.scale_on_gpu)
+    assert report == {"active": True, "asked": ["set_device"], "device": "cuda:1"}, report
 '''
 
 PROBES = '''
@@ -114,6 +121,16 @@ def rank_add(mod, rank, world_size, port, base):
 
 def add_twice(mod, x):
     return mod.add(mod.add(x, x), mod.add(x, x))
+
+
+def scale_on_gpu(mod):
+    import torch
+    from agsandbox import simulated_cuda
+
+    torch.cuda.set_device(1)
+    out = mod.scale(torch.ones(2).to("cuda:1"))
+    asked = [e["event"] for e in simulated_cuda.journal()]
+    return {"active": simulated_cuda.active(), "asked": asked, "device": str(out.device)}
 '''
 
 GOOD = """
@@ -244,6 +261,24 @@ def divide(a, b):
     assert "timed out after 1.5 s during add" in tests["add: first"].message
     assert tests["add: again"].message.startswith("not run: add did not finish within 1.5 s")
     assert tests["divide: even when add hangs"].status == "passed"
+
+
+def test_warm_batch_sandboxes_grade_as_cold_ones(tmp_path):
+    """A batch's warm zygotes import nothing from the grader's package after the fork, and
+    probes find the runtime under the name a cold sandbox gives it (simulated GPUs included)."""
+    from autograder.batch import batch
+
+    config = course(tmp_path)
+    folder = tmp_path / "class" / "alice"
+    folder.mkdir(parents=True)
+    (folder / "toy.py").write_text(GOOD)
+    (folder / "answers.yml").write_text(ANSWERS)
+    summary = batch(folder.parent, "toy", tmp_path / "batch", jobs=1, config_path=config,
+                    progress=False)
+    assert summary.failed == 0
+    warm = json.loads((tmp_path / "batch" / "reports" / "alice" / "report.json").read_text())
+    failed = {t["name"]: t["message"] for t in warm["tests"] if t["status"] != "passed"}
+    assert failed == {}
 
 
 def test_budget_arithmetic():
