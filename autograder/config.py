@@ -43,6 +43,9 @@ class AssignmentConfig:
     budget_factor: float = 0.0  # k of a test's calibrated budget (0: flat `test_timeout`)
     budget_floor: float = 5.0  # the least a calibrated budget may be, in seconds
     late: LatePolicy = field(default_factory=LatePolicy)  # grading.yml's `late` (batch grading)
+    # Visibility of unanswered and malformed answers (`multiple_choice.visibility` is that of
+    # right and wrong ones): see parts.multiple_choice.problems_visibility in the schema.
+    answer_problems_visibility: str = "visible"
 
 
 def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
@@ -99,6 +102,7 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
         budget_factor=float(timeouts["budget_factor"]),
         budget_floor=float(timeouts["budget_floor"]),
+        answer_problems_visibility=mc["problems_visibility"],
         late=LatePolicy(policy=late["policy"], percent_per_day=float(late["percent_per_day"]),
                         max_days=late.get("max_days"),
                         grace_minutes=float(late["grace_minutes"])),

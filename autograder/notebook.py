@@ -19,21 +19,20 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import student_check
 from .inert import bounded, label
+from .student_check import MAX_NOTEBOOK_BYTES
 from .untrusted_parse import ChildFailed, run_limited
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 INSTRUCTIONS_ID = "instructions"
-MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # outputs and images included; the code is a tiny part
-# Cell magics whose body is Python: only the magic line is commented out. Any other (`%%bash`,
-# `%%writefile`, ...) has a body that is not Python, so the whole cell is.
-_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 _CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # nbformat 4.5 cell ids
 _STUB = "NotImplementedError"
-MAX_WARNINGS = 10  # notes on one notebook (magics commented out); then "... and N more"
+MAX_WARNINGS = 12  # notes on one notebook (cells left out, magics); then "... and N more"
 
 
 class NotebookError(ValueError):
@@ -71,11 +70,13 @@ def _has_stub(node: ast.AST) -> bool:
     return False
 
 
-def template_cells(template: str) -> list[dict]:
+def template_cells(template: str,
+                   instructions: Callable[[str], str] | None = None) -> list[dict]:
     """The cells of the notebook for `template` (the stubbed module source), in module order.
 
     Each top-level function or class with a stub is a solution cell named after it, with the
-    comments above it; runs of other top-level statements are locked code cells.
+    comments above it; runs of other top-level statements are locked code cells. The module's
+    docstring is the instructions cell, through `instructions` when given.
     """
     tree = ast.parse(template)
     lines = template.splitlines(keepends=True)
@@ -83,7 +84,9 @@ def template_cells(template: str) -> list[dict]:
     cells = []
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
-        cells.append(_cell("markdown", INSTRUCTIONS_ID, ast.get_docstring(tree, clean=True)))
+        docstring = ast.get_docstring(tree, clean=True)
+        cells.append(_cell("markdown", INSTRUCTIONS_ID,
+                           instructions(docstring) if instructions else docstring))
         start = body.pop(0).end_lineno
     else:
         start = 0
@@ -122,9 +125,9 @@ def template_cells(template: str) -> list[dict]:
     return cells
 
 
-def template_notebook(template: str) -> str:
+def template_notebook(template: str, instructions: Callable[[str], str] | None = None) -> str:
     """The notebook, as nbformat.writes gives it (plus the final newline nbformat.write adds)."""
-    return notebook_json(template_cells(template))
+    return notebook_json(template_cells(template, instructions))
 
 
 def notebook_json(cells: list[dict]) -> str:
@@ -143,66 +146,30 @@ def notebook_json(cells: list[dict]) -> str:
 
 
 # ----------------------------------------------------------------------------- extraction
+#
+# The conversion itself lives in autograder/student_check.py (shipped to students as check.py,
+# which must stay self-contained): one code path, so check.py and the grader agree on every
+# notebook. Here it runs in a limited child process.
 
 
 @dataclass
 class Extracted:
     source: str
     warnings: list[str] = field(default_factory=list)
+    state: str = student_check.EDITED  # UNTOUCHED: no function of the assignment implemented
 
 
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    if isinstance(source, list) and all(isinstance(s, str) for s in source):
-        return "".join(source)
-    return source if isinstance(source, str) else ""
-
-
-def _comment_magics(code: str, where: str, warnings: list[str]) -> str:
-    """Comment out IPython magics and shell escapes, which are not Python."""
-    try:
-        compile(code, where, "exec")
-        return code  # valid Python: a `%` or `!` line here is inside a string, leave it
-    except SyntaxError:
-        pass
-    except (ValueError, MemoryError, RecursionError):
-        # Null bytes, or nesting too deep for the compiler: importing the module in the
-        # sandbox gives the student the same error, with its place.
-        return code
-    lines = code.splitlines()
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%") and first[2:].split(" ")[0] not in _PYTHON_CELL_MAGICS:
-        warnings.append(f"{where}: the cell magic `{label(first, 60)}` makes the whole cell "
-                        "non-Python; it was commented out")
-        return "\n".join(f"# {line}" if line else "#" for line in lines)
-    out = []
-    for line in lines:
-        text = line.lstrip()
-        if text.startswith(("%", "!")):
-            indent = line[: len(line) - len(text)]
-            out.append(f"{indent}pass  # {text}" if indent else f"# {text}")
-            warnings.append(f"{where}: `{label(text, 60)}` is an IPython magic or shell command, "
-                            "not Python; it was commented out")
-        else:
-            out.append(line)
-    return "\n".join(out)
-
-
-def _nbgrader_meta(cell: dict) -> dict:
-    metadata = cell.get("metadata")
-    meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
-def extract_module(notebook: Path, module: str) -> Extracted:
+def extract_module(notebook: Path, module: str, functions: list[str] | None = None) -> Extracted:
     """`module`.py's source from the notebook's solution cells and locked code cells.
 
     Locked cells that are nbgrader grade cells (tests) and cells the student added (neither
-    solution nor locked: experiments) are left out, so importing the module runs neither.
-    Read in a limited child process; every problem is a NotebookError for the student.
+    solution nor locked: experiments) are left out, so importing the module runs neither; an
+    added cell that defines something is named in a warning. Read in a limited child process;
+    every problem is a NotebookError for the student.
     """
     try:
-        reply = run_limited(_extract_to_wire, str(notebook), module)
+        reply = run_limited(_extract_to_wire, str(notebook), module, functions,
+                            MAX_NOTEBOOK_BYTES)
     except ChildFailed as exc:
         why = {"memory": "reading it needed more memory than the grader allows",
                "depth": "it is nested too deeply",
@@ -212,67 +179,34 @@ def extract_module(notebook: Path, module: str) -> Extracted:
                             f"{module}.py instead") from None
     if "problem" in reply:
         raise NotebookError(reply["problem"])
-    return Extracted(reply["source"], reply["warnings"])
+    return Extracted(reply["source"], reply["warnings"], reply["state"])
 
 
-def _extract_to_wire(notebook: str, module: str) -> dict:
+def module_state(path: Path, functions: list[str] | None) -> str:
+    """Whether the module file implements anything (student_check.module_state), parsed in a
+    limited child process: EDITED or UNTOUCHED."""
+    try:
+        return run_limited(_state_to_wire, str(path), functions)
+    except ChildFailed:
+        return student_check.EDITED  # too big or deep to parse: not the template's stub
+
+
+def _state_to_wire(path: str, functions: list[str] | None) -> str:
+    try:
+        return student_check.module_state(Path(path).read_bytes(), functions)
+    except OSError:
+        return student_check.EDITED
+
+
+def _extract_to_wire(notebook: str, module: str, functions: list[str] | None,
+                     max_bytes: int) -> dict:
     """In the child: the extracted module as JSON, or the problem for the student."""
     try:
-        extracted = _extract_here(Path(notebook), module)
-    except NotebookError as exc:
+        converted = student_check.convert_notebook(Path(notebook), module, functions, max_bytes)
+    except student_check.NotebookProblem as exc:
         return {"problem": str(exc)}
     except OSError as exc:
         return {"problem": f"{label(Path(notebook).name)} could not be read: "
                            f"{exc.strerror or type(exc).__name__}"}
-    return {"source": extracted.source, "warnings": extracted.warnings}
-
-
-def _extract_here(notebook: Path, module: str) -> Extracted:
-    name = label(notebook.name)
-    if notebook.stat().st_size > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"{name} is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB; clear its "
-                            f"outputs (Kernel > Restart & Clear Output) or submit {module}.py")
-    try:
-        data = json.loads(notebook.read_bytes().decode("utf-8-sig"))
-    except RecursionError:  # absurdly nested JSON: refused, never a crash of the grader
-        raise NotebookError(f"{name} is not a valid notebook: its JSON is nested too deeply") \
-            from None
-    except UnicodeDecodeError:
-        raise NotebookError(f"{name} is not a valid notebook: it is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise NotebookError(f"{name} is not a valid notebook: it is not valid JSON ({exc.msg} at "
-                            f"line {exc.lineno}, column {exc.colno}); download it again from "
-                            f"Jupyter (File > Download) or submit {module}.py") from None
-    except ValueError:  # int() refuses numbers over 4,300 digits
-        raise NotebookError(f"{name} is not a valid notebook: its JSON holds a number too long "
-                            f"to read; download it again from Jupyter (File > Download) or "
-                            f"submit {module}.py") from None
-    cells = data.get("cells") if isinstance(data, dict) else None
-    if not isinstance(cells, list) or data.get("nbformat") != 4:
-        raise NotebookError(f"{name} is not a Jupyter notebook in format 4 (no list of cells); "
-                            f"download it again from Jupyter (File > Download) or submit "
-                            f"{module}.py")
-    warnings: list[str] = []
-    parts = []
-    solutions = 0
-    for number, cell in enumerate(cells, 1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        meta = _nbgrader_meta(cell)
-        solution = meta.get("solution") is True
-        if not (solution or (meta.get("locked") is True and meta.get("grade") is not True)):
-            continue
-        solutions += solution
-        grade_id = meta.get("grade_id")
-        # The label is the student's to write: one short inert line (it also heads a comment).
-        where = f"{name}, cell {number}" + (f" ({label(str(grade_id), 60)})" if grade_id else "")
-        code = _comment_magics(_source(cell).strip("\n"), where, warnings)
-        parts.append(f"# --- {where}\n{code}\n")
-    if not solutions:
-        raise NotebookError(
-            f"{name} has no solution cells (cells with nbgrader solution metadata): write your "
-            f"code in the function cells of the notebook you were given, which carry that "
-            f"metadata (do not copy it into new cells), or submit {module}.py instead")
-    header = (f"# {module}.py, extracted by the autograder from {name}: its solution cells and "
-              "locked code cells, in notebook order.\n")
-    return Extracted(header + "\n\n".join(parts), bounded(warnings, MAX_WARNINGS))
+    return {"source": converted.source, "warnings": bounded(converted.warnings, MAX_WARNINGS),
+            "state": converted.state}

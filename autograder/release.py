@@ -194,12 +194,17 @@ python -m pip install {{ torch }} --index-url https://download.pytorch.org/whl/c
    with a list of letters for "select all that apply" (`question_id: [A, C]`).
 
 ## Check your work
+{% if mc_visibility == "after_due_date" %}
+   Which answers are right is shown after the due date; an answer left out or malformed is
+   reported at once, so you can fix it in time. Your total is shown at once.
+{% endif %}
 
 ```sh
 python check.py
 ```
 
-It checks that `{{ module }}.py` compiles and that every answer in `answers.yml` is well formed:
+It checks that `{{ module }}.py` (or your notebook, see below) compiles and that every answer
+in `answers.yml` is well formed:
 one letter where one is expected, letters among the options, no unknown or repeated question ids.
 It does not know the key, so a well-formed answer is not necessarily right.
 {% if public_tests %}
@@ -216,11 +221,14 @@ The public tests also run with plain pytest: `python -m pytest tests`.
 Upload two files, with these names: `{{ module }}.py` and `answers.yml` (a zip of the two is
 fine too). The other files here are not graded.
 
-If you worked in the notebook, upload `{{ module }}.ipynb` instead of `{{ module }}.py`: the
-grader takes the code of its function cells and of its locked cells (the imports), in notebook
-order, and nothing else: write all your code, helpers included, in the function cells. Cells you
-add are left out, and IPython magics (`%...`, `!...`) are commented out. `check.py` and the
-public tests read `{{ module }}.py`, not the notebook.
+If you worked in the notebook, upload `{{ module }}.ipynb` (with `answers.yml`): the grader
+takes the code of its function cells and of its locked cells (the imports), in notebook order,
+and nothing else: write all your code, helpers and extra imports included, in the function
+cells. Cells you add are left out, and IPython magics (`%...`, `!...`) are commented out.
+`python check.py` converts the notebook exactly as the grader does, names any cell and definition
+left out, and runs the public tests on it. The grader grades the notebook when `{{ module }}.py`
+is missing or still the template's stub; when both hold code, it grades `{{ module }}.py`. The
+report (and `check.py`) says which file was graded.
 
 ## How it is graded
 
@@ -248,7 +256,7 @@ def student_readme(assignment: Assignment, torch: str, public_tests: bool) -> st
         c=c, name=assignment.name, module=c.module, questions=len(assignment.bank.questions),
         questions_multiple=any(q.multiple for q in assignment.bank.questions),
         public_tests=public_tests, torch=torch, min_python=MIN_PYTHON,
-        gpu_policy=c.gpu_policy)
+        gpu_policy=c.gpu_policy, mc_visibility=c.multiple_choice.visibility)
 
 
 def student_requirements(torch: str) -> str:
@@ -258,13 +266,15 @@ def student_requirements(torch: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_script(module: str) -> str:
-    """check.py: autograder/student_check.py itself, told which module it checks."""
-    source = Path(student_check.__file__).read_text(encoding="utf-8")
-    text, count = re.subn(r"^MODULE = None(?=\s)", f"MODULE = {module!r}", source,
-                          flags=re.MULTILINE)
-    if count != 1:
-        raise ReleaseError("autograder/student_check.py has no `MODULE = None` line to set")
+def check_script(module: str, functions: list[str] | None = None) -> str:
+    """check.py: autograder/student_check.py itself (the grader's own notebook conversion and
+    choice of file included), told which module and functions it checks."""
+    text = Path(student_check.__file__).read_text(encoding="utf-8")
+    for name, value in (("MODULE", module), ("FUNCTIONS", tuple(functions or ()) or None)):
+        text, count = re.subn(rf"^{name} = None(?=\s)", f"{name} = {value!r}", text,
+                              flags=re.MULTILINE)
+        if count != 1:
+            raise ReleaseError(f"autograder/student_check.py has no `{name} = None` line to set")
     return text
 
 
@@ -276,10 +286,12 @@ def student_files(assignment: Assignment, torch: str) -> dict[str, bytes]:
     stubs = strip_solutions(assignment.solution.read_text(encoding="utf-8"))
     text = {
         f"{module}.py": stubs,
-        f"{module}.ipynb": template_notebook(stubs),  # the same stubs, as nbgrader cells
+        # The same stubs, as nbgrader cells, with instructions for the notebook.
+        f"{module}.ipynb": template_notebook(stubs, lambda doc: notebook_instructions(doc,
+                                                                                    module)),
         "answers.yml": answers_template(assignment),
         "answers.schema.json": render_answers_schema(assignment.bank),
-        "check.py": check_script(module),
+        "check.py": check_script(module, list(assignment.config.functions)),
         "requirements.txt": student_requirements(torch),
     }
     files = {name: content.encode() for name, content in text.items()}
@@ -289,6 +301,30 @@ def student_files(assignment: Assignment, torch: str) -> dict[str, bytes]:
             if path.is_file() and not IGNORED_NAMES & set(path.relative_to(public).parts) \
                     and path.suffix != ".pyc":
                 files[f"tests/{path.relative_to(public).as_posix()}"] = path.read_bytes()
+# The notebook's instructions cell: the module's docstring, less what only fits the module
+# (running pytest on it), plus how the notebook is graded and checked.
+_NOTEBOOK_HOWTO = """\
+How this notebook is graded: the grader takes the code of the function cells (one per function,
+below) and of the locked cells (the imports), in notebook order, as `{module}.py`, and nothing
+else. Cells you add are left out: write helper functions and extra imports inside a function
+cell, e.g. the cell of the function that uses them. IPython magics (`%...`, `!...`) are
+commented out.
+
+Check your work with `python check.py` in the folder that holds this notebook: it converts the
+notebook exactly as the grader does, names any cell and definition left out, and runs the public
+tests on the result. (Running `pytest` directly tests `{module}.py`, not this notebook.)
+
+Submit `{module}.ipynb` and `answers.yml`. If you also upload `{module}.py`, leave it as the
+template gave it: when both hold code, the grader grades `{module}.py` and ignores the notebook."""
+
+
+def notebook_instructions(docstring: str, module: str) -> str:
+    """The instructions cell of the notebook: the docstring without its paragraphs about
+    pytest (they are about the .py file), then how the notebook is graded and checked."""
+    kept = [p for p in docstring.strip().split("\n\n") if not re.search(r"\bpytest\b", p)]
+    return "\n\n".join([*kept, _NOTEBOOK_HOWTO.format(module=module)])
+
+
     has_tests = any(name.startswith("tests/test_") for name in files)
     files["README.md"] = student_readme(assignment, torch, has_tests).encode()
     return dict(sorted(files.items()))
@@ -591,7 +627,8 @@ def check_student_folder(folder: Path, module: str | None, project: Project,
         assignments = {c.module: n for n, c in load_config(project.config_path).items()}
     except Exception:  # no usable course config at hand: check.py's own defaults apply
         pass
-    module = module or next((m for m in assignments if (folder / f"{m}.py").is_file()), None) \
+    module = module or next((m for m in assignments for suffix in (".py", ".ipynb")
+                             if student_check.find_file(folder, f"{m}{suffix}")[0]), None) \
         or student_check.guess_module(folder)
     if module:
         argv += ["--module", module]
@@ -611,3 +648,4 @@ def copy_tree(source: Path, target: Path) -> None:
     """Copy a folder without caches (bundles and temporary course copies)."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*IGNORED_NAMES, "*.pyc"),
                     dirs_exist_ok=True)
+            argv += ["--functions", ",".join(assignment.config.functions)]

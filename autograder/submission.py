@@ -22,8 +22,13 @@ class SubmissionFiles:
     module_problem: str | None
     answers: Path | None
     warnings: list[str] = field(default_factory=list)
-    # MODULE.ipynb when there is no MODULE.py: the grader extracts the module from it.
+    # MODULE.ipynb (or an upload rename of it), found whether or not MODULE.py is there: the
+    # grader grades it when MODULE.py is missing or still the template's stub.
     notebook: Path | None = None
+    notebook_warnings: list[str] = field(default_factory=list)  # its rename, if it is graded
+    # Which file the grader grades and why, when it had to choose (autograder.grade decides,
+    # as check.py does): {"file": ..., "why": ...}; None when there was no choice.
+    graded_file: dict | None = None
 
 
 def locate(submission: Path, module_name: str) -> SubmissionFiles:
@@ -46,9 +51,11 @@ def _locate(submission: Path, module_name: str) -> SubmissionFiles:
                                [])
     root, warnings = _descend(submission, module_name)
     module, module_problem = _find(root, f"{module_name}.py", (".py",), warnings)
-    notebook = None
+    notebook_warnings: list[str] = []
+    notebook, notebook_problem = _find(root, f"{module_name}.ipynb", (".ipynb",),
+                                       notebook_warnings)
     if module is None and module_problem is None:
-        notebook, module_problem = _find(root, f"{module_name}.ipynb", (".ipynb",), warnings)
+        module_problem = notebook_problem
     if module is None and module_problem is None and notebook is None:
         others = sorted(label(p.name) for p in root.glob("*.py"))
         shown = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if others[10:] else "")
@@ -60,7 +67,8 @@ def _locate(submission: Path, module_name: str) -> SubmissionFiles:
         answers, _ = _find(root, name, (Path(name).suffix,), warnings)
         if answers is not None:
             break
-    return SubmissionFiles(root, module, module_problem, answers, warnings, notebook)
+    return SubmissionFiles(root, module, module_problem, answers, warnings, notebook,
+                           notebook_warnings)
 
 
 def _descend(root: Path, module_name: str) -> tuple[Path, list[str]]:

@@ -41,8 +41,18 @@ def test_correct_submission_gets_full_marks(tmp_path):
     assert report.score == report.max_score == 10  # the GPU test is left out, the rest reweighted
     assert [p.score for p in report.parts] == [2, 8]
     assert tests["scale: keeps a CUDA tensor on its GPU"].status == "excluded"
-    assert results["score"] == 10 and len(results["tests"]) == 9
+    # The excluded GPU test is one note, not a box; the others are scaled by 8/7 and shown in
+    # hundredths that add up: 1.14 + 1.14 + 1.15 (add), 2.29 + 1.14 (divide), 1.14 (scale).
+    assert results["score"] == 10 and len(results["tests"]) == 8
     assert any("need a GPU" in w for w in report.warnings)
+    coding = [t for t in results["tests"] if t["tags"][0] == "coding"]
+    assert all(round(t["max_score"], 2) == t["max_score"] for t in coding)
+    assert round(sum(t["max_score"] for t in coding), 2) == 8
+    assert round(sum(t["score"] for t in results["tests"]), 2) == results["score"]
+    assert [(f.name, f.score, f.max_score) for f in report.functions] == [
+        ("add", 3.43, 3.43), ("divide", 3.43, 3.43), ("scale", 1.14, 1.14)]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| `add` | 3.43 | 3.43 |" in md and "keeps a CUDA tensor" not in md
 
 
 def test_missing_answers_file_scores_zero_there_but_code_is_graded(tmp_path):
@@ -113,8 +123,8 @@ def test_hostile_functions_lose_only_their_own_tests(tmp_path, monkeypatch):
     assert "exited with status 0 during divide" in \
         tests["divide: raises ZeroDivisionError for a zero divisor"].message
     assert "grading process was killed" in tests["scale: doubles a tensor"].message
-    assert report.parts[1].score == pytest.approx(2 * 8 / 7, abs=1e-4)  # only "divides" passed
-    assert len(results["tests"]) == 9
+    assert report.parts[1].score == 2.29  # only "divides" passed: 2 * 8 / 7, in hundredths
+    assert len(results["tests"]) == 8
 
 
 def test_with_isolation_the_runner_is_out_of_reach(tmp_path):
@@ -187,3 +197,27 @@ def test_grading_uses_the_strongest_isolation_this_machine_supports(tmp_path):
     report, _, _ = run(tmp_path, submit(tmp_path))
     assert report.environment["isolation"] == detect().mode
     assert report.environment["protections"] == detect().protections
+
+
+def test_multiple_choice_right_or_wrong_after_the_due_date_problems_at_once(tmp_path):
+    """grading.yml's default: per-question correctness `after_due_date` (resubmissions would
+    give the key away), unanswered and malformed answers `visible`, the totals visible."""
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course)
+    config = course / "grading.yml"
+    config.write_text(config.read_text().replace(", visibility: visible}", "}"))
+    out = tmp_path / "out"
+    # sum_shape right, float_types malformed (one letter of a select-all list is fine: "Z" not)
+    report = grade(submit(tmp_path, answers="sum_shape: A\nfloat_types: [Z]\n"), "toy", out,
+                   config)
+    results = json.loads((out / "results.json").read_text())
+    visibility = {t["name"]: t["visibility"] for t in results["tests"]}
+    assert visibility["Q1 sum_shape"] == "after_due_date"
+    assert visibility["Q2 float_types"] == "visible"
+    assert results["visibility"] == "visible" and results["score"] == report.score == 9
+    malformed = next(t for t in results["tests"] if t["name"] == "Q2 float_types")
+    assert not malformed["output"].startswith("Q2 float_types")  # the heading is not repeated
+    md = (out / "report.md").read_text()
+    assert "### Q2 float\\_types (0 / 1)" in md and "Q1 sum\\_shape" not in md
+    assert "Which answers are right is shown after the due date" in md
+    assert "| Multiple choice | 1 | 2 |" in md

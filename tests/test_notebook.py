@@ -21,6 +21,8 @@ from autograder.assignment import load_assignment
 from autograder.grade import _submission_files, grade_loaded
 from autograder.markers import reference, strip_solutions
 from autograder.notebook import NotebookError, extract_module, template_notebook
+from autograder.release import notebook_instructions
+from autograder.student_check import EDITED, UNTOUCHED, module_state
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = load_assignment("dp_basics")
@@ -30,8 +32,12 @@ TEMPLATE = strip_solutions(SOLUTION)
 COMMITTED = ROOT / "student_templates" / "dp_basics" / "dp_basics.ipynb"
 
 
+def generated() -> str:
+    return template_notebook(TEMPLATE, lambda doc: notebook_instructions(doc, MODULE))
+
+
 def notebook() -> dict:
-    return json.loads(template_notebook(TEMPLATE))
+    return json.loads(generated())
 
 
 def write(folder: Path, name: str, content: dict | str) -> Path:
@@ -56,9 +62,22 @@ def _without_docstring(source: str) -> str:
 
 
 def test_committed_notebook_is_generated_and_deterministic() -> None:
-    text = template_notebook(TEMPLATE)
-    assert text == template_notebook(TEMPLATE)
+    text = generated()
+    assert text == generated()
     assert COMMITTED.read_text(encoding="utf-8") == text  # `release --check` covers it too
+
+
+def test_instructions_cell_is_for_the_notebook() -> None:
+    """Not "run pytest" (which tests the stub dp_basics.py): check.py, which converts the
+    notebook as the grader does; and where helpers go, and which file is graded."""
+    text = "".join(notebook()["cells"][0]["source"])
+    docstring = ast.get_docstring(ast.parse(TEMPLATE))
+    assert "Run the public tests with `pytest`" in docstring
+    assert "Run the public tests with `pytest`" not in text
+    assert text.startswith(docstring.split("\n\n")[0])
+    assert "`python check.py`" in text and "exactly as the grader does" in text
+    assert "Cells you add are left out" in text and "inside a function" in text
+    assert "grades `dp_basics.py` and ignores the notebook" in text
 
 
 def test_template_notebook_is_valid_nbformat_written_as_nbformat_writes_it() -> None:
@@ -86,7 +105,8 @@ def test_template_cells_follow_the_module() -> None:
     cells = notebook()["cells"]
     meta = [c["metadata"]["nbgrader"] for c in cells]
     assert cells[0]["cell_type"] == "markdown"
-    assert "".join(cells[0]["source"]) == ast.get_docstring(ast.parse(TEMPLATE))
+    assert "".join(cells[0]["source"]) == notebook_instructions(
+        ast.get_docstring(ast.parse(TEMPLATE)), MODULE)
     assert cells[1]["cell_type"] == "code" and "import torch\n" in cells[1]["source"]
     solutions = [m["grade_id"] for m in meta if m["solution"]]
     assert solutions == list(ASSIGNMENT.config.functions)  # one cell per function, in order
@@ -146,7 +166,12 @@ def test_notebook_with_the_reference_solution_gets_full_coding_marks(tmp_path: P
     failed = [f"{t.name}: {t.message}" for t in report.tests
               if t.part == "coding" and t.status == "failed"]
     assert coding.score == coding.max_score == 70, failed
-    assert any("dp_basics (1).ipynb was converted to dp_basics.py" in w for w in report.warnings)
+    assert report.graded_file == {
+        "file": "dp_basics (1).ipynb",
+        "why": "there is no dp_basics.py, so dp_basics (1).ipynb was converted to dp_basics.py "
+               "and graded"}
+    assert any("'dp_basics (1).ipynb' was graded as dp_basics.ipynb" in w
+               for w in report.warnings)
     assert any("`%load_ext autoreload` is an IPython magic" in w for w in report.warnings)
     assert any("`!nvidia-smi` is an IPython magic" in w for w in report.warnings)
 
@@ -203,3 +228,118 @@ def test_extract_module_refuses_huge_notebooks(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setattr("autograder.notebook.MAX_NOTEBOOK_BYTES", 10)
     with pytest.raises(NotebookError, match="larger than"):
         extract_module(write(tmp_path, "dp_basics.ipynb", notebook()), MODULE)
+
+
+def _filled(helper_cell: str | None = None) -> dict:
+    nb = notebook()
+    functions = _reference_functions()
+    for cell in nb["cells"]:
+        meta = cell["metadata"]["nbgrader"]
+        if meta["solution"]:
+            cell["source"] = functions[meta["grade_id"]]
+    if helper_cell is not None:  # a cell of the student's own, after the imports
+        nb["cells"].insert(3, {"cell_type": "code", "execution_count": None, "id": "mine",
+                               "metadata": {}, "outputs": [], "source": helper_cell})
+    return nb
+
+
+@pytest.mark.slow
+def test_unzipped_folder_with_filled_notebook_and_untouched_stub_grades_the_notebook(
+        tmp_path: Path) -> None:
+    """The issue's case: the whole unzipped template uploaded, the work in the notebook."""
+    folder = tmp_path / "dp_basics"
+    for name in ("dp_basics.py", "answers.yml", "check.py", "README.md"):
+        write(folder, name, (COMMITTED.parent / name).read_text())
+    write(folder, "dp_basics.ipynb", _filled("import math\n\ndef _strip(x):\n    return x\n"))
+
+    report = grade_loaded(folder, ASSIGNMENT, tmp_path / "out")
+
+    coding = next(p for p in report.parts if p.name == "coding")
+    assert coding.score == coding.max_score == 70, [t.message for t in report.tests
+                                                     if t.status == "failed"]
+    assert report.graded_file["file"] == "dp_basics.ipynb"
+    assert "dp_basics.py is still the template's stub" in report.graded_file["why"]
+    assert any("cell 4 (added by you) defines math, _strip, which were left out: to keep a "
+               "helper, move it into a solution cell" in w for w in report.warnings)
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "**Graded file: dp\\_basics.ipynb.** dp\\_basics.py is still the template's stub" \
+        in markdown
+    assert 'id="graded-file"' in (tmp_path / "out" / "report.html").read_text()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["output"].startswith("Graded file: dp_basics.ipynb. dp_basics.py is still")
+
+
+def _choice(tmp_path: Path, py: str | None, nb: dict | str | None):
+    folder = tmp_path / "sub"
+    if py is not None:
+        write(folder, "dp_basics.py", py)
+    if nb is not None:
+        write(folder, "dp_basics.ipynb", nb)
+    files = _submission_files(folder, tmp_path / "work" / "upload", MODULE,
+                              list(ASSIGNMENT.config.functions))
+    return files, files.graded_file
+
+
+def test_both_edited_grades_the_module_and_says_so_loudly(tmp_path: Path) -> None:
+    files, graded = _choice(tmp_path, reference(SOLUTION), _filled())
+    assert files.module == tmp_path / "sub" / "dp_basics.py"
+    assert graded["file"] == "dp_basics.py"
+    assert graded["why"].startswith("BOTH dp_basics.py and dp_basics.ipynb hold code: "
+                                    "dp_basics.py was graded and the notebook was IGNORED")
+
+
+def test_stub_module_and_template_notebook_grade_the_module(tmp_path: Path) -> None:
+    files, graded = _choice(tmp_path, TEMPLATE, notebook())
+    assert files.module == tmp_path / "sub" / "dp_basics.py"
+    assert "both the template unchanged: nothing is implemented yet" in graded["why"]
+
+
+def test_edited_module_next_to_the_template_notebook(tmp_path: Path) -> None:
+    files, graded = _choice(tmp_path, reference(SOLUTION), notebook())
+    assert graded == {"file": "dp_basics.py", "why": "dp_basics.py was graded (dp_basics.ipynb "
+                                                     "is the template unchanged, so it was "
+                                                     "ignored)"}
+
+
+def test_stub_module_and_a_broken_notebook_name_the_notebook_problem(tmp_path: Path) -> None:
+    files, graded = _choice(tmp_path, TEMPLATE, "{not json")
+    assert files.module is None
+    assert files.module_problem.startswith("dp_basics.py is still the template's stub (no "
+                                           "function implemented), so dp_basics.ipynb was to be "
+                                           "graded, but it could not be converted: "
+                                           "dp_basics.ipynb is not a valid notebook")
+
+
+def test_stub_decided_by_function_bodies_not_bytes() -> None:
+    functions = list(ASSIGNMENT.config.functions)
+    assert module_state(TEMPLATE, functions) == UNTOUCHED
+    reformatted = TEMPLATE.replace("is not implemented yet", "TODO").replace("\n\n", "\n\n\n")
+    reformatted += "\n# my notes\nimport os\n"
+    assert reformatted != TEMPLATE and module_state(reformatted, functions) == UNTOUCHED
+    assert module_state(TEMPLATE.replace('raise NotImplementedError("cleanup_ddp is not '
+                                         'implemented yet")', "pass"), functions) == UNTOUCHED
+    assert module_state("", functions) == UNTOUCHED
+    one = TEMPLATE.replace('raise NotImplementedError("cleanup_ddp is not implemented yet")',
+                           "return None")
+    assert module_state(one, functions) == EDITED
+    assert module_state(TEMPLATE + "\nwrap_ddp = lambda *a: a\n", functions) == EDITED
+    assert module_state("def broken(:\n", functions) == EDITED  # the student's error to see
+    assert module_state("x = 1\n", functions) == EDITED  # not the template: the student's
+    assert module_state("\n# nothing yet\n", functions) == UNTOUCHED
+    assert module_state(reference(SOLUTION), functions) == EDITED
+
+
+def test_left_out_cells_are_named_with_how_to_keep_a_helper(tmp_path: Path) -> None:
+    nb = _filled("def _strip(x):\n    return x\n")
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "scratch",
+                        "metadata": {}, "outputs": [], "source": "print(1)\n"})  # defines nothing
+    for cell in nb["cells"]:
+        if cell["id"] == "unwrap_model":
+            cell["source"] = cell["source"].replace("def unwrap_model", "_strip\n\n"
+                                                    "def unwrap_model", 1)
+    extracted = extract_module(write(tmp_path, "dp_basics.ipynb", nb), MODULE)
+    assert extracted.warnings == [
+        "dp_basics.ipynb, cell 4 (added by you) defines _strip, which was left out although your "
+        "graded code uses _strip: to keep a helper, move it into a solution cell (the cell of a "
+        "function you were given, e.g. the function that uses it): only those cells and the "
+        "locked cells are graded"]

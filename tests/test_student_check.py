@@ -65,7 +65,92 @@ def test_blank_template_fails_naming_what_is_not_implemented(unzipped: Path) -> 
     line = next(x for x in result.stdout.splitlines() if "not implemented yet:" in x)
     for function in ("wrap_data_parallel", "data_parallel_chunk_sizes", "load_state_dict_flexible"):
         assert function in line
-    assert "not answered yet (scores 0 as it is): none" in result.stdout
+    out = result.stdout
+    assert "not answered yet" not in out and "none" not in out
+    assert "no question is answered yet" in out
+    assert "graded file: dp_basics.py" in out
+    assert "dp_basics.py and dp_basics.ipynb are both the template unchanged" in out
+
+
+def test_fresh_template_without_tests_never_says_all_checks_passed(unzipped: Path) -> None:
+    result = run_check(unzipped, "--no-tests")
+    assert result.returncode == 0, result.stdout  # nothing is wrong ...
+    assert "All checks passed" not in result.stdout  # ... but nothing was done or tested
+    assert result.stdout.rstrip().endswith(
+        "No problems found in what was checked, but not everything is done or checked yet: no "
+        "function is implemented yet; no question is answered yet; the public tests were not "
+        "run.")
+
+
+def test_unanswered_questions_are_named_or_all_answered(unzipped: Path) -> None:
+    key = key_answers(ASSIGNMENT.bank)
+    (unzipped / "dp_basics.py").write_text(REFERENCE)
+    (unzipped / "answers.yml").write_text(yaml.safe_dump(
+        {q: (None if q in ("q03", "q07") else a) for q, a in key.items()}))
+    result = run_check(unzipped, "--no-tests")
+    assert "note: not answered yet: q03, q07 (each scores 0 as it is)" in result.stdout
+    assert "2 question(s) not answered yet; the public tests were not run." in result.stdout
+    (unzipped / "answers.yml").write_text(yaml.safe_dump(key))
+    result = run_check(unzipped, "--no-tests")
+    assert "20 of 20 questions answered (checked for form only" in result.stdout
+    assert "all answered" in result.stdout and "not answered yet" not in result.stdout
+
+
+def _fill_notebook(folder: Path, helper: str | None = None) -> None:
+    functions = {n.name: "".join(REFERENCE.splitlines(keepends=True)[n.lineno - 1:n.end_lineno])
+                 for n in ast.parse(REFERENCE).body if isinstance(n, ast.FunctionDef)}
+    nb = json.loads((folder / "dp_basics.ipynb").read_text())
+    for cell in nb["cells"]:
+        meta = cell["metadata"]["nbgrader"]
+        if meta["solution"]:
+            cell["source"] = functions[meta["grade_id"]]
+    if helper:
+        nb["cells"].insert(3, {"cell_type": "code", "execution_count": None, "id": "mine",
+                               "metadata": {}, "outputs": [], "source": helper})
+    (folder / "dp_basics.ipynb").write_text(json.dumps(nb))
+
+
+def test_notebook_next_to_the_stub_is_checked_as_the_grader_grades_it(unzipped: Path) -> None:
+    """The issue's unzipped-folder case: check.py converts the notebook (the grader's own
+    code), says it is the graded file and why, names the cell left out, tests the notebook."""
+    _fill_notebook(unzipped, "def _strip(x):\n    return x\n")
+    (unzipped / "answers.yml").write_text(yaml.safe_dump(key_answers(ASSIGNMENT.bank)))
+    result = run_check(unzipped)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "dp_basics.ipynb (graded as dp_basics.py): ok - graded file: dp_basics.ipynb; " \
+        "converted as the grader converts it, no syntax errors" in out
+    assert "dp_basics.py is still the template's stub (no function implemented), so your " \
+        "notebook dp_basics.ipynb was converted to dp_basics.py and graded" in out
+    assert "cell 4 (added by you) defines _strip, which was left out: to keep a helper, move " \
+        "it into a solution cell" in out
+    assert "public tests: ok - 20 of 20 passed" in out
+    assert "All checks passed. Submit dp_basics.ipynb and your answers file." in out
+    assert (unzipped / "dp_basics.py").read_text() == (ROOT / "student_templates" /
+                                                       "dp_basics" / "dp_basics.py").read_text()
+
+
+def test_both_files_edited_is_said_loudly(unzipped: Path) -> None:
+    _fill_notebook(unzipped)
+    (unzipped / "dp_basics.py").write_text(REFERENCE)
+    out = run_check(unzipped, "--no-tests").stdout
+    assert "graded file: dp_basics.py" in out
+    assert "BOTH dp_basics.py and dp_basics.ipynb hold code: dp_basics.py was graded and the " \
+        "notebook was IGNORED" in out
+
+
+def test_autograder_check_of_a_notebook_only_folder(tmp_path: Path, unzipped: Path) -> None:
+    """`autograder check` on a bare upload (no check.py, tests or schema): the notebook."""
+    _fill_notebook(unzipped)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(unzipped / "dp_basics.ipynb", bare / "dp_basics (1).ipynb")
+    result = subprocess.run([sys.executable, "-m", "autograder.cli", "check", str(bare)],
+                            capture_output=True, text=True, timeout=300)
+    out = result.stdout
+    assert "graded file: dp_basics (1).ipynb" in out, out + result.stderr
+    assert "there is no dp_basics.py, so dp_basics (1).ipynb was converted" in out
+    assert "public tests: ok - 20 of 20 passed" in out
 
 
 def test_malformed_answers_fail_naming_each_question(unzipped: Path) -> None:
