@@ -112,5 +112,6 @@ def stale(assignment_root: Path, module: str) -> str | None:
         return f"{TIMINGS_NAME} is missing (run `autograder release` to record it)"
     if timings.fingerprint != fingerprint(assignment_root, module):
         return (f"{TIMINGS_NAME} was recorded with other hidden tests, probes or solution "
-                f"(run `autograder release` to record it again)")
+                f"(`autograder release`, or scripts/record_timings.py "
+                f"{assignment_root.name}, records it again)")
     return None
