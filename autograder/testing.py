@@ -13,7 +13,7 @@ from .sandbox import SandboxFailure, StudentError
 from .sandbox_runtime.codec import ModuleSnapshot, remote_device, remote_identity
 
 __all__ = [
-    "ModuleSnapshot", "SandboxFailure", "StudentError", "drawn", "raises_student",
+    "ModuleSnapshot", "SandboxFailure", "StudentError", "drawn", "excerpt", "raises_student",
     "remote_device", "remote_identity",
 ]
 
@@ -28,6 +28,14 @@ def drawn() -> random.Random:
     forged by a rewritten probe or returned as a constant, matches only by chance.
     """
     return random.Random(_SOURCE.getrandbits(64))
+
+
+def excerpt(text: object, limit: int = 200) -> str:
+    """At most `limit` characters of `text` for an assertion message, cut at a word boundary
+    with an ellipsis (use it instead of `message[:200]`, which cuts mid-word)."""
+    from .inert import clip
+
+    return clip(str(text), limit)
 
 
 class _Raised:

@@ -119,3 +119,19 @@ def test_clip_cuts_at_a_word_boundary_with_an_ellipsis() -> None:
     assert len(cut) <= 60 and cut.endswith("\u2026")
     assert text.startswith(cut[:-1]) and text[len(cut) - 1:len(cut) + 1] == ", "  # a word end
     assert clip(cut, 60) == cut and clip("short", 60) == "short"
+
+
+def test_stub_failures_without_the_stub_message_are_grouped_too() -> None:
+    report = report_of({"unwrap_model": "stub"})
+    for t in report.tests:  # a test that words it "raised NotImplementedError for ..."
+        if t.item == "unwrap_model":
+            t.message = "unwrap_model raised NotImplementedError for DistributedDataParallel(m)"
+    names = [t["name"] for t in gradescope_results(report)["tests"] if "unwrap" in t["name"]]
+    assert names == ["unwrap_model: not implemented yet"]
+
+
+def test_excerpt_for_hidden_tests_cuts_at_a_word() -> None:
+    from autograder.testing import excerpt
+
+    assert excerpt('Unexpected key(s): "bias", "weight", "subbias", "subweight"', 40) == \
+        'Unexpected key(s): "bias", "weight"\u2026'
