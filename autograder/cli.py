@@ -1,37 +1,153 @@
-"""The `autograder` command: a thin face over the Python API of the same shape."""
+"""The `autograder` command: a thin face over the Python API of the same shape.
+
+Every command that reads or writes a project takes it the same way (`--root`, or
+`AUTOGRADER_ROOT`, or found from the working folder as git finds a repository; `--config` for
+another grading.yml), says on its first line of output (stderr) which project it uses, takes an
+assignment as `-a NAME`, and ends with one of the exit codes below, from one error handler.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
+from . import paths
 from .inert import inert
-from .paths import GRADING_CONFIG
+
+EXIT_CODES = """\b
+Exit status:
+  0    done; what was checked passed
+  1    what was checked fails: templates out of date, a key mismatch, a release
+       self-check, a student folder's check, grader errors in a batch
+  2    usage, configuration or assignment error (bad grading.yml, question bank,
+       hidden tests, missing folder), or --require-gpu without a GPU
+  130  interrupted (Ctrl-C); run the same command again to resume a batch"""
 
 
-@click.group()
+@dataclass(frozen=True)
+class ProjectChoice:
+    """The project a command acts on, and how it was found."""
+
+    root: Path
+    config: Path
+    how: str
+
+
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """The engine's errors that mean "fix the configuration or the sources" (exit 2)."""
+    from .batch import BatchError
+    from .coding import GradingError
+    from .config import ConfigError
+    from .gradebook import GradebookError
+    from .markers import MarkerError
+    from .questions import QuestionBankError
+    from .roster import RosterError
+    from .schemas import SchemaError
+
+    return (BatchError, ConfigError, GradebookError, GradingError, MarkerError,
+            QuestionBankError, RosterError, SchemaError)
+
+
+class _Face(click.Group):
+    """One error handler for every command: a known error is one line and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from .release import ReleaseError
+
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("stopped: run the same command again to carry on", err=True)
+            sys.exit(130)
+        except ReleaseError as exc:
+            click.echo(f"error: {inert(str(exc))}", err=True)
+            sys.exit(1)
+        except _usage_errors() as exc:
+            click.echo(f"error: {inert(str(exc))}", err=True)
+            sys.exit(2)
+
+
+def project_options(command: Callable) -> Callable:
+    """`--root` and `--config`, the same on every command that uses a project (and before the
+    command's name, on `autograder` itself)."""
+
+    @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                  help="The project's folder (default: AUTOGRADER_ROOT, else the nearest "
+                       "folder holding a grading.yml from here upward).")
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                  help="The grading.yml to use (default: the project's).")
+    @click.pass_context
+    @functools.wraps(command)
+    def with_project(ctx: click.Context, *args: Any, root: Path | None,
+                     config_path: Path | None, **kwargs: Any) -> Any:
+        chosen = _choose(ctx, root, config_path)
+        click.echo(f"project: {chosen.root} ({chosen.how})", err=True)
+        return ctx.invoke(command, *args, project=chosen, **kwargs)
+
+    return with_project
+
+
+def _choose(ctx: click.Context, root: Path | None, config: Path | None) -> ProjectChoice:
+    parent = ctx.find_root().params
+    root = root or parent.get("root")
+    config = config or parent.get("config_path")
+    if config is not None:
+        config = config.resolve()
+        if not config.is_file():
+            raise click.BadParameter(f"{config} does not exist", param_hint="--config")
+        chosen = ProjectChoice(config.parent, config, "from --config")
+    elif root is not None:
+        chosen = ProjectChoice(root.resolve(), root.resolve() / paths.CONFIG_NAME, "from --root")
+    else:
+        found, how = paths.find_root()
+        chosen = ProjectChoice(found, found / paths.CONFIG_NAME, how)
+    # Child processes (runners, batch workers, self-checks) act on the same project.
+    os.environ["AUTOGRADER_ROOT"] = str(chosen.root)
+    return chosen
+
+
+def _assignment(value: str | None, positional: str | None = None) -> str:
+    name = value or positional
+    if not name:
+        raise click.UsageError("which assignment? give it as -a NAME")
+    return name
+
+
+ASSIGNMENT_OPTION = click.option("--assignment", "-a", "assignment",
+                                 help="Assignment name, e.g. dp_basics.")
+
+
+@click.group(cls=_Face, epilog=EXIT_CODES)
 @click.version_option(package_name="autograder")
-def main() -> None:
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The project's folder, for every command (see the commands' --root).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The grading.yml to use, for every command.")
+def main(root: Path | None, config_path: Path | None) -> None:
     """Sandboxed autograder for the PyTorch multi-GPU unit."""
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES)
 @click.argument("submission", type=click.Path(exists=True, path_type=Path))
-@click.option("--assignment", "-a", required=True, help="Assignment name, e.g. dp_basics.")
+@ASSIGNMENT_OPTION
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for results.json and the reports.")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--require-gpu", is_flag=True,
               help="Fail (exit 2) unless torch sees a CUDA device, instead of applying gpu_policy.")
-def grade(submission: Path, assignment: str, out: Path, config_path: Path,
-          require_gpu: bool) -> None:
+@project_options
+def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool,
+          project: ProjectChoice) -> None:
     """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html."""
-    from .coding import GradingError
-    from .config import ConfigError
     from .grade import grade as grade_submission
+
+    assignment = _assignment(assignment)
 
     if require_gpu:
         count, problem = _cuda_device_count()
@@ -40,11 +156,7 @@ def grade(submission: Path, assignment: str, out: Path, config_path: Path,
                        f"({problem or 'torch.cuda.device_count() == 0'}); grade on a GPU machine, "
                        "or leave out --require-gpu to apply grading.yml's gpu_policy", err=True)
             sys.exit(2)
-    try:
-        report = grade_submission(submission, assignment, out, config_path)
-    except (ConfigError, GradingError) as exc:
-        click.echo(f"error: {inert(str(exc))}", err=True)
-        sys.exit(2)
+    report = grade_submission(submission, assignment, out, project.config)
     from .report import points
 
     if report.graded_file:
@@ -60,37 +172,36 @@ def grade(submission: Path, assignment: str, out: Path, config_path: Path,
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
 
 
-@main.command()
-@click.argument("assignment")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def validate(assignment: str, config_path: Path) -> None:
-    """Check ASSIGNMENT's sources: config, question bank, hidden tests' names and points."""
+@main.command(epilog=EXIT_CODES)
+@click.argument("positional", metavar="[ASSIGNMENT]", required=False)
+@ASSIGNMENT_OPTION
+@project_options
+def validate(positional: str | None, assignment: str | None, project: ProjectChoice) -> None:
+    """Check an assignment's sources: config, question bank, hidden tests' names and points."""
     import tempfile
 
     from .assignment import load_assignment
-    from .coding import GradingError, collect_hidden_tests
-    from .config import ConfigError
-    from .questions import QuestionBankError
+    from .coding import collect_hidden_tests
 
-    try:
-        spec = load_assignment(assignment, config_path)
-        with tempfile.TemporaryDirectory() as workdir:
-            tests = collect_hidden_tests(spec, Path(workdir))
-    except (ConfigError, GradingError, QuestionBankError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    click.echo(f"{assignment}: {len(spec.bank.questions)} questions, "
-               f"{spec.bank.total_points:g} points")
+    assignment = _assignment(assignment, positional)
+    spec = load_assignment(assignment, project.config)
+    with tempfile.TemporaryDirectory() as workdir:
+        tests = collect_hidden_tests(spec, Path(workdir))
+    def count(n: float, word: str) -> str:
+        return f"{n:g} {word}{'' if n == 1 else 's'}"
+
+    click.echo(f"{assignment}: {count(len(spec.bank.questions), 'question')}, "
+               f"{count(spec.bank.total_points, 'point')}")
     for function, points in spec.config.functions.items():
         mine = [t for t in tests if t["function"] == function]
         gpu = sum(1 for t in mine if t["gpu"])
-        click.echo(f"  {function:<28} {points:>4g} points  {len(mine):>3} tests"
-                   + (f" ({gpu} need a GPU)" if gpu else ""))
-    click.echo(f"{len(tests)} hidden tests, {sum(t['points'] for t in tests):g} points: OK")
+        click.echo(f"  {function:<28} {count(points, 'point'):>10}  {count(len(mine), 'test'):>9}"
+                   + (f" ({gpu} need{'s' if gpu == 1 else ''} a GPU)" if gpu else ""))
+    click.echo(f"{count(len(tests), 'hidden test')}, "
+               f"{count(sum(t['points'] for t in tests), 'point')}: OK")
 
 
-@main.command("config-docs")
+@main.command("config-docs", epilog=EXIT_CODES)
 @click.option("--check", is_flag=True, help="Fail if docs/grading.md is out of date.")
 def config_docs(check: bool) -> None:
     """Write docs/grading.md from schemas/grading.schema.json."""
@@ -122,8 +233,10 @@ def _cuda_device_count() -> tuple[int, str]:
     return int(proc.stdout.split()[-1]), ""
 
 
-@main.command()
-@click.argument("assignments", nargs=-1)
+@main.command(epilog=EXIT_CODES)
+@click.argument("positional", metavar="[ASSIGNMENT]...", nargs=-1)
+@click.option("--assignment", "-a", "named", multiple=True,
+              help="Assignment name (repeatable; default: every assignment of grading.yml).")
 @click.option("--check", is_flag=True,
               help="Only list template files that differ from what the sources give (exit 1); "
                    "writes nothing, runs no self-check.")
@@ -136,63 +249,58 @@ def _cuda_device_count() -> tuple[int, str]:
                    "only). The student template's notebook is nbgrader's either way.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="With --notebook otter: where to write (default: dist/otter).")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def release(assignments: tuple[str, ...], check: bool, skip_self_check: bool, notebook: str,
-            out: Path | None, config_path: Path) -> None:
+@project_options
+def release(positional: tuple[str, ...], named: tuple[str, ...], check: bool,
+            skip_self_check: bool, notebook: str, out: Path | None,
+            project: ProjectChoice) -> None:
     """Generate student_templates/ASSIGNMENT/ and dist/ASSIGNMENT-student.zip (default: all)."""
-    from .config import ConfigError
-    from .questions import QuestionBankError
-    from .release import Project, ReleaseError, check_templates
+    from .release import Project, check_templates
     from .release import release as release_assignment
 
-    project = Project(config_path)
+    assignments = (*named, *positional)
+    chosen = project
+    project = Project(chosen.config)
     if out is not None and notebook != "otter":
         raise click.UsageError("--out is the otter master's folder: use it with --notebook otter")
     otter_root = (out or project.dist_dir / "otter") if notebook == "otter" else None
-    try:
-        names = list(assignments) or project.assignment_names()
-        if check:
-            drift = check_templates(names, project)
-            for line in drift:
-                click.echo(line, err=True)
-            if drift:
-                command = " ".join(["autograder release", *assignments])
-                click.echo(f"{len(drift)} template file(s) out of date: run `{command}`", err=True)
-                sys.exit(1)
-            click.echo(f"student templates up to date: {', '.join(names)}")
-            return
-        for name in names:
-            click.echo(f"{name}: " + ("generating (self-check skipped)" if skip_self_check
-                                      else "self-check, then generating"))
-            done = release_assignment(name, project, not skip_self_check, click.echo,
-                                      otter_dir=otter_root / name if otter_root else None)
-            for line in done.changed:
-                click.echo(f"  changed: {line}")
-            click.echo(f"  {project.templates_dir / name}/ "
-                       f"({'unchanged' if not done.changed else 'written'}); {done.zip_path}")
-            if done.otter_dir is not None:
-                click.echo(f"  {done.otter_dir}/: otter master notebook (holds the solution; "
-                           f"next: otter assign {done.otter_dir / (name + '.ipynb')} OUTPUT)")
-    except (ConfigError, QuestionBankError, ReleaseError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    names = list(assignments) or project.assignment_names()
+    if check:
+        drift = check_templates(names, project)
+        for line in drift:
+            click.echo(line, err=True)
+        if drift:
+            command = " ".join(["autograder release", *(f"-a {n}" for n in assignments)])
+            click.echo(f"{len(drift)} template file(s) out of date: run `{command}`", err=True)
+            sys.exit(1)
+        click.echo(f"student templates up to date: {', '.join(names)}")
+        return
+    for name in names:
+        click.echo(f"{name}: " + ("generating (self-check skipped)" if skip_self_check
+                                  else "self-check, then generating"))
+        done = release_assignment(name, project, not skip_self_check, click.echo,
+                                  otter_dir=otter_root / name if otter_root else None)
+        for line in done.changed:
+            click.echo(f"  changed: {line}")
+        click.echo(f"  {project.templates_dir / name}/ "
+                   f"({'unchanged' if not done.changed else 'written'}); {done.zip_path}")
+        if done.otter_dir is not None:
+            click.echo(f"  {done.otter_dir}/: otter master notebook (holds the solution; "
+                       f"next: otter assign {done.otter_dir / (name + '.ipynb')} OUTPUT)")
 
 
-@main.command("verify-key")
-@click.argument("assignment")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def verify_key(assignment: str, config_path: Path) -> None:
+@main.command("verify-key", epilog=EXIT_CODES)
+@click.argument("positional", metavar="[ASSIGNMENT]", required=False)
+@ASSIGNMENT_OPTION
+@project_options
+def verify_key(positional: str | None, assignment: str | None, project: ProjectChoice) -> None:
     """Run every snippet question on this machine and compare with the key's expectations."""
     from .assignment import load_assignment
-    from .config import ConfigError
-    from .questions import QuestionBankError
     from .release import verify_key as verify
 
+    bank = load_assignment(_assignment(assignment, positional), project.config).bank
     try:
-        checks = verify(load_assignment(assignment, config_path).bank)
-    except (ConfigError, QuestionBankError, RuntimeError) as exc:
+        checks = verify(bank)
+    except RuntimeError as exc:  # a snippet could not be run at all here
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     for c in checks:
@@ -204,45 +312,38 @@ def verify_key(assignment: str, config_path: Path) -> None:
     sys.exit(1 if bad else 0)
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES)
 @click.argument("folder", default=".", type=click.Path(exists=True, file_okay=False,
                                                       path_type=Path))
 @click.option("--module", help="The module to check (default: found from grading.yml).")
 @click.option("--no-tests", is_flag=True, help="Check the files only; do not run the tests.")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(dir_okay=False, path_type=Path))
-def check(folder: Path, module: str | None, no_tests: bool, config_path: Path) -> None:
+@project_options
+def check(folder: Path, module: str | None, no_tests: bool, project: ProjectChoice) -> None:
     """Check a student's FOLDER as check.py does: answers' form (no key), public tests."""
     from .release import Project, check_student_folder
 
-    sys.exit(check_student_folder(folder, module, Project(config_path), not no_tests))
+    sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests))
 
 
-@main.command()
-@click.argument("assignment")
+@main.command(epilog=EXIT_CODES)
+@click.argument("positional", metavar="[ASSIGNMENT]", required=False)
+@ASSIGNMENT_OPTION
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the zip (default: dist/ASSIGNMENT-gradescope.zip).")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def gradescope(assignment: str, out: Path | None, config_path: Path) -> None:
-    """Build the Gradescope autograder zip of ASSIGNMENT (setup.sh, run_autograder, sources)."""
-    from .config import ConfigError
+@project_options
+def gradescope(positional: str | None, assignment: str | None, out: Path | None,
+               project: ProjectChoice) -> None:
+    """Build the Gradescope autograder zip of an assignment (setup.sh, run_autograder, sources)."""
     from .gradescope import build_bundle
-    from .questions import QuestionBankError
-    from .release import ReleaseError
 
-    try:
-        path = build_bundle(assignment, config_path, out)
-    except (ConfigError, QuestionBankError, ReleaseError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    path = build_bundle(_assignment(assignment, positional), project.config, out)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
                "Zip file upload), base image Ubuntu 22.04")
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES)
 @click.argument("submissions", type=click.Path(exists=True, path_type=Path))
-@click.option("--assignment", "-a", required=True, help="Assignment name, e.g. dp_basics.")
+@ASSIGNMENT_OPTION
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for gradebook.sqlite, grades.csv, index.html and reports/<sid>/.")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(min=1),
@@ -254,30 +355,22 @@ def gradescope(assignment: str, out: Path | None, config_path: Path) -> None:
 @click.option("--only", multiple=True, metavar="SID",
               help="Regrade only this student (sid or submission key); repeatable.")
 @click.option("--detail", is_flag=True, help="grades.csv: also a column per hidden test.")
-@click.option("--config", "config_path", default=GRADING_CONFIG, show_default=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str,
+@project_options
+def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backend: str,
           address: str | None, force: bool, only: tuple[str, ...], detail: bool,
-          config_path: Path) -> None:
+          project: ProjectChoice) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes."""
-    from .batch import BatchError
     from .batch import batch as run_batch
-    from .config import ConfigError
-    from .gradebook import GradebookError
-    from .roster import RosterError
 
     try:
-        summary = run_batch(submissions, assignment, out, jobs=jobs, backend=backend,
-                            address=address, force=force, only=list(only),
-                            config_path=config_path, detail=detail)
+        summary = run_batch(submissions, _assignment(assignment), out, jobs=jobs,
+                            backend=backend, address=address, force=force, only=list(only),
+                            config_path=project.config, detail=detail)
     except KeyboardInterrupt:
         click.echo("stopped: every finished submission is in the gradebook; run the same "
                    "command again to grade the rest", err=True)
         sys.exit(130)
-    except (BatchError, ConfigError, GradebookError, RosterError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
     for warning in summary.warnings:  # roster notes name the export's folders
         click.echo(f"note: {inert(warning)}")
     click.echo(summary.line())
@@ -287,7 +380,7 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str
         sys.exit(1)
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES)
 @click.argument("who", metavar="SID")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="The folder a batch wrote (its gradebook.sqlite).")
@@ -296,15 +389,9 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int, backend: str
 def history(who: str, out: Path, since_run: int | None) -> None:
     """A student's grading runs (SID, or a submission key) and what changed between them:
     score, status and the tests whose outcome changed."""
-    from .batch import BatchError
     from .batch import history as read_history
-    from .gradebook import GradebookError
 
-    try:
-        found = read_history(out, who, since_run)
-    except (BatchError, GradebookError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    found = read_history(out, who, since_run)
     for entry in found:
         students = ", ".join(entry.students)
         click.echo(inert(f"{entry.key}" + (f": {students}" if students else "")))
@@ -320,6 +407,27 @@ def history(who: str, out: Path, since_run: int | None) -> None:
             for name, before, now in run.tests:
                 click.echo(inert(f"      {name}: {before} -> {now}"))
 
+
+@main.command("new", epilog=EXIT_CODES)
+@click.argument("name")
+@click.option("--from", "source", metavar="ASSIGNMENT",
+              help="Copy grading.yml settings (timeouts, limits, GPU policy, late policy, "
+                   "visibility) from this assignment.")
+@click.option("--title", help="The assignment's title (default: from NAME).")
+@project_options
+def new(name: str, source: str | None, title: str | None, project: ProjectChoice) -> None:
+    """Write a complete minimal assignment NAME (solution, one question, probes, public and
+    hidden tests) and add it to grading.yml; see docs/AUTHORING.md."""
+    from .scaffold import ScaffoldError, new_assignment
+
+    try:
+        written = new_assignment(name, project.config, source, title)
+    except ScaffoldError as exc:
+        click.echo(f"error: {inert(str(exc))}", err=True)
+        sys.exit(2)
+    for path in written:
+        click.echo(f"wrote {path.relative_to(project.root)}")
+    click.echo(f"next: autograder validate {name} && autograder release {name}")
 
 if __name__ == "__main__":
     main()

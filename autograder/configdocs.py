@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from .paths import ROOT
+from .paths import PACKAGE_ROOT
 from .schemas import load_schema
 
-DOCS = ROOT / "docs" / "grading.md"
+DOCS = PACKAGE_ROOT / "docs" / "grading.md"
 
 
 def render() -> str:

@@ -132,7 +132,7 @@ exit 0
 def bundle_files(name: str, config_path: Path) -> dict[str, bytes]:
     """Every file of the Gradescope bundle, by path relative to the zip's root."""
     from .assignment import load_assignment
-    from .paths import ROOT as ENGINE_ROOT
+    from .paths import PACKAGE_ROOT as ENGINE_ROOT
     from .paths import SCHEMAS_DIR
     from .release import IGNORED_NAMES, Project, ReleaseError
 

@@ -32,7 +32,7 @@ from .notebook import template_notebook
 from .otter import OtterError, otter_files
 from .otter_checks import PUBLIC_TESTS
 from .paths import GRADING_CONFIG
-from .paths import ROOT as ENGINE_ROOT
+from .paths import PACKAGE_ROOT as ENGINE_ROOT
 from .questions import QuestionBank, render_answers_schema
 from .results import Report
 

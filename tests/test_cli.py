@@ -1,23 +1,38 @@
 """The `autograder` command, run as a user would run it."""
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADER = [sys.executable, "-m", "autograder.cli"]
 TOY = ROOT / "tests" / "fixtures" / "toy"
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*AUTOGRADER, *args], capture_output=True, text=True, timeout=300)
+def run(*args: str, cwd: Path | None = None, env: dict | None = None
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([*AUTOGRADER, *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env=env)
+
+
+def copy_of_the_project(tmp_path: Path) -> Path:
+    """What an instructor gets by copying the course's folder (no engine inside)."""
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "grading.yml", course)
+    shutil.copytree(ROOT / "assignments", course / "assignments",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return course
 
 
 def test_validate_dp_basics_lists_points_per_function():
     result = run("validate", "dp_basics")
     assert result.returncode == 0, result.stderr
-    assert "61 hidden tests, 70 points: OK" in result.stdout
+    assert re.search(r"^\d+ hidden tests, 70 points: OK$", result.stdout, re.M)
     assert "load_state_dict_flexible" in result.stdout
 
 
@@ -44,3 +59,39 @@ def test_grade_prints_scores_and_where_the_reports_are(tmp_path):
 def test_grade_with_an_unknown_assignment_fails_clearly(tmp_path):
     result = run("grade", str(tmp_path), "--assignment", "nope", "--out", str(tmp_path / "o"))
     assert result.returncode == 2 and "has no assignment 'nope'" in result.stderr
+
+
+def test_every_command_says_which_project_it_acts_on_first():
+    result = run("validate", "-a", "dp_basics", cwd=ROOT / "assignments")
+    assert result.stderr.splitlines()[0] == f"project: {ROOT} (found from the working folder)"
+
+
+def test_a_copy_of_the_project_is_found_from_the_working_folder(tmp_path):
+    # A 21st question in the copy only: the copy, not the installed tree, is what is checked.
+    course = copy_of_the_project(tmp_path)
+    bank = course / "assignments" / "dp_basics" / "questions.yml"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "AUTOGRADER_ROOT"}
+    bank.write_text(bank.read_text().replace("questions:", "questions:\n  - oops", 1))
+    result = run("validate", "-a", "dp_basics", cwd=course / "assignments", env=env)
+    assert result.stderr.splitlines()[0] == f"project: {course} (found from the working folder)"
+    assert result.returncode == 2 and "questions.yml" in result.stderr
+    elsewhere = run("validate", "-a", "dp_basics", "--root", str(ROOT), cwd=course, env=env)
+    assert elsewhere.returncode == 0 and f"project: {ROOT} (from --root)" in elsewhere.stderr
+
+
+@pytest.mark.parametrize("command", [["validate"], ["verify-key"], ["gradescope"],
+                                     ["release", "--check"]])
+def test_every_command_takes_the_assignment_as_a_option(command, tmp_path):
+    args = [*command, "-a", "nope"]
+    if command[0] == "gradescope":
+        args += ["-o", str(tmp_path / "x.zip")]
+    result = run(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "nope" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_lists_the_exit_codes():
+    result = run("--help")
+    assert "Exit status:" in result.stdout
+    for code in ("0 ", "1 ", "2 ", "130 "):
+        assert re.search(rf"^\s+{code}", result.stdout, re.M), code
