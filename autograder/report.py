@@ -89,7 +89,8 @@ def shown_tests(report: Report) -> list[TestResult]:
             shown.append(TestResult(
                 name=f"{t.item}: not implemented yet", part=t.part, item=t.item, score=0.0,
                 max_score=total, status="failed",
-                message=f"{t.item} raised NotImplementedError in {every}: replace the "
+                message=f"{t.item} is not implemented yet: it raised NotImplementedError in "
+                        f"{every}; replace the "
                         f"`raise NotImplementedError` with your code (the docstring is the "
                         f"specification the tests check).",
                 visibility=t.visibility))

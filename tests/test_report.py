@@ -67,7 +67,8 @@ def test_results_json_adds_up_and_has_no_excluded_boxes(tmp_path) -> None:
     assert [t["name"] for t in stub] == ["wrap_ddp: not implemented yet"]
     assert stub[0]["max_score"] == next(f.max_score for f in report.functions
                                         if f.name == "wrap_ddp")
-    assert "raised NotImplementedError in all 2 of its tests" in stub[0]["output"]
+    assert stub[0]["output"].startswith("wrap_ddp is not implemented yet: it raised "
+                                        "NotImplementedError in all 2 of its tests; replace")
 
 
 def test_markdown_and_html_show_hundredths_that_add_up(tmp_path) -> None:
@@ -79,7 +80,7 @@ def test_markdown_and_html_show_hundredths_that_add_up(tmp_path) -> None:
         assert all(len(n.split(".")[1]) <= 2 for n in shown_numbers(text))
         assert "setup\\_ddp: on a GPU" not in text and "setup_ddp: on a GPU" not in text
         assert "excluded" not in text
-    assert md.count("not implemented yet") == 1  # one entry for wrap_ddp, not one per test
+    assert md.count("### wrap\\_ddp") == 1  # one entry for wrap_ddp, not one per test
     rows = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \| [\d.]+ \|$", md, re.MULTILINE))
     assert set(rows) == set(CONFIG.functions)
     coding = re.search(r"^\| Coding \| ([\d.]+) \|", md, re.MULTILINE).group(1)
