@@ -78,6 +78,11 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
     if abs(total - coding["points"]) > 1e-9:
         raise ConfigError(f"grading.yml: assignments.{name}.parts.coding.functions add up to "
                           f"{total:g}, but parts.coding.points is {coding['points']:g}")
+    parts = mc["points"] + coding["points"]
+    if abs(parts - a["total"]) > 1e-9:
+        raise ConfigError(f"grading.yml: assignments.{name}: the parts add up to {parts:g} points "
+                          f"(multiple_choice {mc['points']:g} + coding {coding['points']:g}), but "
+                          f"its total is {a['total']:g}")
     limits, timeouts, late = a["limits"], a["timeouts"], a["late"]
     if a.get("due") is not None:
         try:

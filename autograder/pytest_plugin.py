@@ -35,7 +35,9 @@ from .sandbox_runtime.codec import CodecError
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 MARKERS = {
-    "points": "points(n): points this test is worth (required)",
+    "weight": "weight(w): this test's share of its function's points, relative to the "
+              "function's other tests (default 1; 0: worth nothing)",
+    "points": "points(n): the older name of weight(n), still accepted",
     "visibility": "visibility(v): Gradescope visibility of this test",
     "gpu": "gpu(n=1): the test needs n CUDA GPUs; on a grader with fewer the GPU policy "
            "applies",
@@ -81,7 +83,7 @@ class TestSpec:
     nodeid: str
     name: str
     function: str
-    points: float
+    points: float  # the test's weight until collection splits its function's points
     visibility: str
     gpu: bool
     timeout: float
@@ -99,10 +101,11 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
     elif function not in job.functions:
         problems.append(f"{item.nodeid}: display name {name!r} must start with one of "
                         f"{sorted(job.functions)} followed by ':'")
-    marker = item.get_closest_marker("points")
-    points = marker.args[0] if marker and marker.args else None
-    if type(points) not in (int, float) or points < 0:
-        problems.append(f"{item.nodeid}: needs @pytest.mark.points(n) with a number n >= 0")
+    # Points live in grading.yml only; a test carries a relative weight (points(n): the old name).
+    marker = item.get_closest_marker("weight") or item.get_closest_marker("points")
+    weight = marker.args[0] if marker and marker.args else 1
+    if type(weight) not in (int, float) or weight < 0:
+        problems.append(f"{item.nodeid}: @pytest.mark.{marker.name}(w) needs a number w >= 0")
     vis = item.get_closest_marker("visibility")
     visibility = vis.args[0] if vis and vis.args else job.visibility
     if visibility not in VISIBILITIES:
@@ -119,7 +122,7 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
                 uses.append(used)
     if problems:
         return None, problems
-    return TestSpec(item.nodeid, name, function, float(points), visibility,
+    return TestSpec(item.nodeid, name, function, float(weight), visibility,
                     item.get_closest_marker("gpu") is not None, timeout, uses,
                     item.get_closest_marker("tolerant") is not None), []
 
@@ -384,13 +387,17 @@ class GradingPlugin:
             if spec is not None:
                 spec.timeout = self.budget(spec)
                 self.specs[item.nodeid] = spec
-        totals = {name: 0.0 for name in self.job.functions}
+        # Each function's points (grading.yml) are split over its tests by their weights.
+        weights = {name: 0.0 for name in self.job.functions}
         for spec in self.specs.values():
-            totals[spec.function] += spec.points
+            weights[spec.function] += spec.points
         for name, declared in self.job.functions.items():
-            if abs(totals[name] - declared) > 1e-9:
-                problems.append(f"tests of {name} add up to {totals[name]:g} points, "
-                                f"but grading.yml gives it {declared:g}")
+            if declared > 0 and weights[name] <= 0:
+                problems.append(f"grading.yml gives {name} {declared:g} points, but it has no "
+                                "hidden test with a weight above 0")
+        for spec in self.specs.values():
+            total = weights[spec.function]
+            spec.points = self.job.functions[spec.function] * spec.points / total if total else 0.0
         if problems:
             self.emit({"event": "error", "message": "invalid hidden tests:\n  - "
                                                     + "\n  - ".join(problems)})

@@ -36,14 +36,27 @@ def test_validate_dp_basics_lists_points_per_function():
     assert "load_state_dict_flexible" in result.stdout
 
 
-def test_validate_reports_points_that_do_not_add_up(tmp_path):
+def test_moving_points_between_functions_is_one_edit_of_grading_yml(tmp_path):
     course = tmp_path / "course"
     shutil.copytree(TOY, course)
     config = course / "grading.yml"
     config.write_text(config.read_text().replace("divide: 3, scale: 2", "divide: 4, scale: 1"))
     result = run("validate", "toy", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^  divide +4 points", result.stdout, re.M)  # its tests' weights split it
+    assert re.search(r"^  scale +1 point\b", result.stdout, re.M)
+
+
+def test_a_total_the_parts_do_not_add_up_to_is_refused(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course)
+    config = course / "grading.yml"
+    config.write_text(config.read_text().replace("multiple_choice: {points: 2",
+                                                 "multiple_choice: {points: 3.5"))
+    result = run("validate", "toy", "--config", str(config))
     assert result.returncode == 2
-    assert "tests of divide add up to 3 points, but grading.yml gives it 4" in result.stderr
+    assert "the parts add up to 11.5 points (multiple_choice 3.5 + coding 8), but its total " \
+           "is 10" in result.stderr
 
 
 def test_grade_prints_scores_and_where_the_reports_are(tmp_path):

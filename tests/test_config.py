@@ -17,6 +17,7 @@ assignments:
   hw:
     title: Homework
     module: hw
+    total: 15
     parts:
       multiple_choice: {points: 10}
       coding: {points: 5, functions: {f: 2, g: 3}}

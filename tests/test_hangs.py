@@ -27,6 +27,7 @@ assignments:
   toy:
     title: Hangs
     module: toy
+    total: 13
     parts:
       multiple_choice: {points: 2}
       coding:

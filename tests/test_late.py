@@ -122,6 +122,7 @@ assignments:
   hw:
     title: Homework
     module: hw
+    total: 15
     {due}
     parts:
       multiple_choice: {{points: 10}}

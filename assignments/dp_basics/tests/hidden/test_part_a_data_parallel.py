@@ -63,7 +63,7 @@ def assert_wrapped(out, ids: list[int], what: str, placed: bool = True) -> None:
         f"its parameters are on {sorted(param_devices(out))}")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_wrap_all_gpus(student):
     """wrap_data_parallel: uses every GPU when device_ids is None or empty, none without CUDA"""
     gpus = student.simulated()
@@ -79,7 +79,6 @@ def test_wrap_all_gpus(student):
             f"unwrapped (got a {out.type_name})")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(90)
 def test_wrap_given_ids(student):
     """wrap_data_parallel: wraps over the given device_ids, in order, on device_ids[0]"""
@@ -97,7 +96,6 @@ def test_wrap_given_ids(student):
     assert close(report["output"], model(x)), "the wrapped model must compute the same outputs"
 
 
-@pytest.mark.points(1)
 def test_wrap_missing_gpus(student):
     """wrap_data_parallel: raises ValueError naming GPUs that are not there"""
     gpus = student.simulated()
@@ -115,7 +113,6 @@ def test_wrap_missing_gpus(student):
                    f"with device_ids=[{count - 1}]", placed=False)
 
 
-@pytest.mark.points(1)
 def test_wrap_keeps_data_parallel(student):
     """wrap_data_parallel: returns a model already in DataParallel unchanged"""
     gpus = student.simulated()
@@ -130,7 +127,6 @@ def test_wrap_keeps_data_parallel(student):
                    "a model not wrapped yet", placed=False)
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_wrap_keeps_ddp(student):
     """wrap_data_parallel: returns a model already in DistributedDataParallel unchanged"""
@@ -148,7 +144,7 @@ def test_wrap_keeps_ddp(student):
                    "a model not wrapped yet", placed=False)
 
 
-@pytest.mark.points(0)
+@pytest.mark.weight(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(120)
 def test_wrap_places_on_first_gpu(student):
@@ -175,7 +171,6 @@ def test_wrap_places_on_first_gpu(student):
 # ----------------------------------------------------------------------------- chunk sizes
 
 
-@pytest.mark.points(1)
 def test_chunk_sizes_even(student):
     """data_parallel_chunk_sizes: splits evenly when the batch divides"""
     rng = drawn()
@@ -188,7 +183,7 @@ def test_chunk_sizes_even(student):
             f"got {got}")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_chunk_sizes_uneven(student):
     """data_parallel_chunk_sizes: follows torch.chunk, using fewer devices when needed"""
     rng = drawn()
@@ -203,7 +198,6 @@ def test_chunk_sizes_uneven(student):
             f"and fewer pieces when the rows run out); got {got}")
 
 
-@pytest.mark.points(1)
 def test_chunk_sizes_invalid(student):
     """data_parallel_chunk_sizes: raises ValueError for batch_size < 1 or num_devices < 1"""
     rng = drawn()
@@ -220,7 +214,6 @@ def test_chunk_sizes_invalid(student):
 # ----------------------------------------------------------------------------- emulation
 
 
-@pytest.mark.points(1)
 def test_emulate_matches_forward(student):
     """emulate_data_parallel: gives the model's own output when replicas cannot differ"""
     model = seeded(probes.PlainMLP)
@@ -240,7 +233,6 @@ def test_emulate_matches_forward(student):
         "in eval mode BatchNorm uses running statistics: the output must equal model(inputs)")
 
 
-@pytest.mark.points(1)
 def test_emulate_chunks(student):
     """emulate_data_parallel: runs each replica on one chunk of the chunk rule"""
     model = probes.ChunkSizeModel()
@@ -258,7 +250,7 @@ def test_emulate_chunks(student):
             "concatenated in order")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_emulate_batchnorm_per_chunk(student):
     """emulate_data_parallel: in train mode each replica's BatchNorm uses its own chunk"""
     for batch, replicas in [(10, 3), (9, 4), (8, 2)]:
@@ -271,7 +263,7 @@ def test_emulate_batchnorm_per_chunk(student):
             "that chunk's own mean and variance (not the whole batch's)")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_emulate_gradients(student):
     """emulate_data_parallel: gradients reach the original parameters, summed over replicas"""
     model = seeded(probes.TinyMLP)
@@ -291,7 +283,7 @@ def test_emulate_gradients(student):
             f"the gradient of {name!r} must be the sum of every replica's gradient")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_emulate_buffers_first_chunk(student):
     """emulate_data_parallel: updates running statistics from the first chunk only"""
     model = seeded(probes.TinyMLP)

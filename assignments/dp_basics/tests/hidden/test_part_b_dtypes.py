@@ -70,7 +70,6 @@ def leaf_dtypes(structure: dict) -> list[str]:
     return [d for v in values for d in leaf_dtypes(v)]
 
 
-@pytest.mark.points(1)
 def test_casts_to_model_dtype(student):
     """match_input_dtype: casts floating inputs to the model's floating dtype"""
     x64 = torch.randn(4, 3, dtype=torch.float64)
@@ -87,7 +86,6 @@ def test_casts_to_model_dtype(student):
         assert torch.allclose(out.float(), x32.to(dtype).float()), "casting must keep values"
 
 
-@pytest.mark.points(1)
 def test_keeps_integer_and_bool(student):
     """match_input_dtype: keeps integer index tensors and bool masks as they are"""
     idx = torch.tensor([[1, 4, 2]])
@@ -108,7 +106,6 @@ def test_keeps_integer_and_bool(student):
         "next to the indices, a float32 tensor for a float64 model must become float64")
 
 
-@pytest.mark.points(1)
 def test_numpy_arrays(student):
     """match_input_dtype: turns NumPy arrays into tensors that fit the model"""
     rng = np.random.default_rng(drawn().randrange(1 << 32))
@@ -130,7 +127,6 @@ def test_numpy_arrays(student):
         "a bool NumPy array must become a bool tensor")
 
 
-@pytest.mark.points(1)
 def test_containers(student):
     """match_input_dtype: converts lists, tuples and dicts recursively and keeps their types"""
     x = torch.randn(2, 3, dtype=torch.float64)
@@ -156,7 +152,6 @@ def test_containers(student):
     same_values(report["values"], converted(ordered, torch.float32))
 
 
-@pytest.mark.points(1)
 def test_namedtuples(student):
     """match_input_dtype: keeps namedtuple types"""
     x = torch.randn(2, 3, dtype=torch.float64)
@@ -172,7 +167,6 @@ def test_namedtuples(student):
     same_values(report["values"], converted(batch, torch.float32))
 
 
-@pytest.mark.points(1)
 def test_models_without_float_parameters(student):
     """match_input_dtype: uses buffers without parameters, and changes no dtype without either"""
     x32 = torch.randn(3)
@@ -191,7 +185,6 @@ def test_models_without_float_parameters(student):
         "a model with no parameters or buffers at all must leave the input as it is")
 
 
-@pytest.mark.points(1)
 def test_no_in_place_changes(student):
     """match_input_dtype: never changes the caller's tensors or containers"""
     x = torch.randn(2, 3, dtype=torch.float64)
@@ -209,7 +202,6 @@ def test_no_in_place_changes(student):
     same_values(report["values"], converted(inputs, torch.float32))
 
 
-@pytest.mark.points(1)
 def test_moves_to_model_gpu(student):
     """match_input_dtype: moves every tensor to the GPU the model is on"""
     gpus = student.simulated()
@@ -231,7 +223,7 @@ def test_moves_to_model_gpu(student):
     same_values(values, [x.float(), idx, torch.ones(2, dtype=torch.float32)])
 
 
-@pytest.mark.points(0)
+@pytest.mark.weight(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(120)
 def test_moves_to_model_device(student):

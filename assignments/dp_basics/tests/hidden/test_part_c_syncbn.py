@@ -25,7 +25,6 @@ def same(a, b) -> bool:
     return torch.equal(a, b)
 
 
-@pytest.mark.points(1)
 def test_nested_layers(student):
     """convert_to_sync_batchnorm: converts BatchNorm layers at every depth, nothing else"""
     report = student.probe(probes.convert_syncbn, probes.ManyNorms(), False)
@@ -43,7 +42,6 @@ def test_nested_layers(student):
                 f"(became a {after[name]['type']})")
 
 
-@pytest.mark.points(1)
 def test_top_level(student):
     """convert_to_sync_batchnorm: converts a model that is itself a BatchNorm layer"""
     for layer in (nn.BatchNorm2d(3), nn.BatchNorm1d(4, affine=False)):
@@ -64,7 +62,6 @@ def test_top_level(student):
                 f"the SyncBatchNorm must keep the layer's {name}")
 
 
-@pytest.mark.points(1)
 def test_keeps_state(student):
     """convert_to_sync_batchnorm: keeps weights, statistics, settings, requires_grad and mode"""
     for prepare in ("stats", "stats freeze mixed", "stats eval"):
@@ -95,7 +92,6 @@ def test_keeps_state(student):
                 f"{'train' if row['training'] else 'eval'} mode")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_inside_wrappers(student):
     """convert_to_sync_batchnorm: converts layers inside DataParallel and DDP wrappers"""
@@ -115,7 +111,6 @@ def test_inside_wrappers(student):
         "the BatchNorm inside a DistributedDataParallel wrapper must become a SyncBatchNorm")
 
 
-@pytest.mark.points(1)
 def test_process_group(student):
     """convert_to_sync_batchnorm: gives every layer the process_group passed in"""
     report = student.probe(probes.convert_syncbn, probes.ManyNorms(), True)
@@ -143,7 +138,6 @@ def global_batch_training(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr
     return {k: v.detach().float() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_syncbn_statistics_across_ranks(student):
     """convert_to_sync_batchnorm: under DDP on GPUs, statistics cover every rank's batch"""
@@ -172,7 +166,7 @@ def test_syncbn_statistics_across_ranks(student):
                 f"rank {rank}: the gradient of {name!r} must be that of the whole global batch")
 
 
-@pytest.mark.points(0)
+@pytest.mark.weight(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(240)
 def test_syncbn_under_ddp(student):

@@ -124,7 +124,7 @@ def assert_met(reports, values: list[float], what: str) -> None:
             f"rank's value ({what}): are they in one group?")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.timeout_s(150)
 def test_setup_two_ranks(student):
     """setup_ddp: two ranks meet at master_addr:master_port"""
@@ -155,7 +155,6 @@ def test_setup_two_ranks(student):
         assert_met(reports, values, f"setup_ddp(..., {kwargs})")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_setup_gpu_per_rank(student):
     """setup_ddp: picks nccl and pins cuda:rank before the rendezvous when every rank has a GPU"""
@@ -179,7 +178,6 @@ def test_setup_gpu_per_rank(student):
     assert_met(reports, values, "nccl")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_setup_fewer_gpus_than_ranks(student):
     """setup_ddp: falls back to gloo on the CPU when there are fewer GPUs than ranks"""
@@ -195,7 +193,6 @@ def test_setup_fewer_gpus_than_ranks(student):
     assert_met(reports, values, "gloo with fewer GPUs than ranks")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_setup_invalid(student):
     """setup_ddp: raises ValueError for an impossible rank or world size"""
@@ -215,7 +212,6 @@ def test_setup_invalid(student):
     assert_met(reports, values, "a valid setup_ddp after the refused ones")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_setup_twice(student):
     """setup_ddp: raises RuntimeError when a group already exists"""
@@ -234,7 +230,7 @@ def test_setup_twice(student):
     assert_met(reports, values, "the refused second call must leave the first group working")
 
 
-@pytest.mark.points(0)
+@pytest.mark.weight(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(180)
 def test_setup_nccl(student):
@@ -282,7 +278,7 @@ def assert_wrapped_ddp(report: dict, rank: int) -> None:
         f"wrap_ddp must return a DistributedDataParallel, got a {report['type']}")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.timeout_s(150)
 def test_wrap_ddp_averages(student):
     """wrap_ddp: on CPU wraps in DDP without device_ids, which averages the ranks' gradients"""
@@ -298,7 +294,7 @@ def test_wrap_ddp_averages(student):
     assert_averaged(reports, model, batches, "on CPU")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.timeout_s(150)
 def test_wrap_ddp_gpu(student):
     """wrap_ddp: on cuda:i moves the model there and wraps with device_ids=[i]"""
@@ -319,7 +315,6 @@ def test_wrap_ddp_gpu(student):
     assert_averaged(reports, model, batches, "on GPUs")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_wrap_ddp_syncbn_cpu(student):
     """wrap_ddp: raises ValueError for sync_batchnorm=True on CPU"""
@@ -339,7 +334,7 @@ def test_wrap_ddp_syncbn_cpu(student):
     assert_averaged(reports, model, batches, "on CPU")
 
 
-@pytest.mark.points(0)
+@pytest.mark.weight(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(180)
 def test_wrap_ddp_cuda(student):
@@ -356,7 +351,6 @@ def test_wrap_ddp_cuda(student):
 # ----------------------------------------------------------------------------- loaders
 
 
-@pytest.mark.points(1)
 def test_loader_batch_size(student):
     """make_distributed_loader: gives each rank global_batch_size // world_size samples"""
     rng = drawn()
@@ -373,7 +367,6 @@ def test_loader_batch_size(student):
     assert not report["initialized"], "building loaders must not need a process group"
 
 
-@pytest.mark.points(1)
 def test_loader_indivisible(student):
     """make_distributed_loader: raises ValueError for a batch the ranks cannot split, or bad args"""
     rng = drawn()
@@ -405,7 +398,7 @@ def test_loader_indivisible(student):
         "a global batch that the ranks divide must give each rank its DistributedSampler share")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_loader_disjoint(student):
     """make_distributed_loader: ranks get disjoint shares that cover the dataset"""
     rng = drawn()
@@ -431,7 +424,6 @@ def test_loader_disjoint(student):
                 "shares may only be padded up to an equal size")
 
 
-@pytest.mark.points(1)
 def test_loader_shuffle_seed(student):
     """make_distributed_loader: shuffles with the sampler, the given seed and set_epoch"""
     data = probes.IndexData(40)
@@ -464,7 +456,6 @@ def test_loader_shuffle_seed(student):
         "with shuffle=False, DistributedSampler gives rank r the samples r, r + world_size, ...")
 
 
-@pytest.mark.points(1)
 def test_loader_drop_last(student):
     """make_distributed_loader: drop_last drops the uneven tail instead of padding"""
     rng = drawn()
@@ -499,7 +490,6 @@ def plain_steps(model, batches, lr: float):
     return losses, state, grads
 
 
-@pytest.mark.points(1)
 def test_train_step_single(student):
     """ddp_train_step: one step, plain or wrapped, returns the loss as a float and updates"""
     torch.manual_seed(BASE + 2)
@@ -519,7 +509,6 @@ def test_train_step_single(student):
                 f"after one step {name!r} must be updated by the optimizer{what}")
 
 
-@pytest.mark.points(1)
 def test_train_step_zero_grad(student):
     """ddp_train_step: zeroes the gradients before every backward pass"""
     torch.manual_seed(BASE + 4)
@@ -538,7 +527,7 @@ def test_train_step_zero_grad(student):
         "every step must return that step's loss")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.timeout_s(150)
 def test_train_step_two_ranks(student):
     """ddp_train_step: two gloo ranks train like one process on the full batch"""
@@ -548,7 +537,6 @@ def test_train_step_two_ranks(student):
     check_training(reports, state, losses, "each rank's step on its own share")
 
 
-@pytest.mark.points(1)
 def test_train_step_moves_batch(student):
     """ddp_train_step: moves a CPU batch to the GPU the model is on"""
     gpus = student.simulated()
@@ -565,7 +553,7 @@ def test_train_step_moves_batch(student):
     assert report["param_devices"] == [device], "the model must stay on its GPU"
 
 
-@pytest.mark.points(0)
+@pytest.mark.weight(0)
 @pytest.mark.gpu
 @pytest.mark.timeout_s(120)
 def test_train_step_real_gpu(student):
@@ -601,14 +589,13 @@ def cleanup_run(student, world_size: int) -> list[dict]:
     return reports
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.timeout_s(150)
 def test_cleanup_two_ranks(student):
     """cleanup_ddp: destroys the default group in every rank"""
     cleanup_run(student, 2)
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(150)
 def test_cleanup_repeat(student):
     """cleanup_ddp: does nothing without a group or when called twice"""

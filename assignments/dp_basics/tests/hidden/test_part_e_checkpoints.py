@@ -47,7 +47,6 @@ def assert_loaded(report: dict, source: nn.Module, what: str) -> None:
 # ----------------------------------------------------------------------------- unwrap_model
 
 
-@pytest.mark.points(1)
 def test_unwrap_plain(student):
     """unwrap_model: returns an unwrapped model as it is"""
     for model in (nn.Linear(3, 2), probes.Holder()):
@@ -63,7 +62,6 @@ def test_unwrap_plain(student):
         f"expected the Holder inside, got a {out.type_name}")
 
 
-@pytest.mark.points(1)
 def test_unwrap_one_level(student):
     """unwrap_model: returns the model inside one DataParallel"""
     inner = seeded(probes.PlainMLP, 0)
@@ -75,7 +73,7 @@ def test_unwrap_one_level(student):
         assert torch.equal(out.parameters[name], value), "the model inside must be returned"
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_unwrap_nested(student):
     """unwrap_model: removes every level of nested wrappers"""
     inner = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
@@ -88,7 +86,6 @@ def test_unwrap_nested(student):
             "the innermost model itself must be returned")
 
 
-@pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_unwrap_ddp(student):
     """unwrap_model: unwraps DistributedDataParallel, also around DataParallel"""
@@ -111,7 +108,6 @@ def test_unwrap_ddp(student):
 # ----------------------------------------------------------------------------- loading
 
 
-@pytest.mark.points(1)
 def test_load_plain_into_plain(student):
     """load_state_dict_flexible: loads an unwrapped checkpoint into an unwrapped model"""
     source = seeded(probes.TinyMLP, 1)
@@ -120,7 +116,6 @@ def test_load_plain_into_plain(student):
     assert_loaded(report, source, "an ordinary checkpoint into an ordinary model")
 
 
-@pytest.mark.points(1)
 def test_load_wrapped_into_plain(student):
     """load_state_dict_flexible: loads a DataParallel checkpoint into an unwrapped model"""
     source = seeded(probes.TinyMLP, 3)
@@ -130,7 +125,6 @@ def test_load_wrapped_into_plain(student):
                                   "an unwrapped model")
 
 
-@pytest.mark.points(1)
 def test_load_plain_into_wrapped(student):
     """load_state_dict_flexible: loads an unwrapped checkpoint into a wrapped model"""
     source = seeded(probes.TinyMLP, 5)
@@ -142,7 +136,6 @@ def test_load_plain_into_wrapped(student):
     assert_loaded(report, source, "a DataParallel checkpoint into a DataParallel model")
 
 
-@pytest.mark.points(1)
 def test_load_nested(student):
     """load_state_dict_flexible: strips nested 'module.module.' prefixes"""
     source = seeded(probes.TinyMLP, 7)
@@ -153,7 +146,6 @@ def test_load_nested(student):
                                       f"model in {model_levels}")
 
 
-@pytest.mark.points(1)
 def test_load_strict(student):
     """load_state_dict_flexible: still raises for keys that are really missing or unexpected"""
     source = seeded(probes.TinyMLP, 9)
@@ -173,7 +165,6 @@ def test_load_strict(student):
             "a checkpoint with a parameter the model does not have must not load silently")
 
 
-@pytest.mark.points(1)
 def test_load_submodule_names(student):
     """load_state_dict_flexible: never changes 'module.' inside a name like 'submodule.'"""
     source = seeded(probes.Holder, 10)
@@ -189,7 +180,6 @@ def test_load_submodule_names(student):
             "submodule.weight must be loaded from the checkpoint")
 
 
-@pytest.mark.points(1)
 def test_load_leaves_caller_dict(student):
     """load_state_dict_flexible: never modifies the caller's state dict"""
     source = seeded(probes.TinyMLP, 12)
@@ -205,7 +195,6 @@ def test_load_leaves_caller_dict(student):
             "the caller's state dict's _metadata must not change either")
 
 
-@pytest.mark.points(1)
 def test_load_child_named_module(student):
     """load_state_dict_flexible: keeps a real child called 'module'"""
     source = seeded(probes.Holder, 13)
