@@ -171,9 +171,17 @@ def bundle_path(name: str, config_path: Path) -> Path:
 
 
 def build_bundle(name: str, config_path: Path, out: Path | None = None) -> Path:
-    """Write dist/<name>-gradescope.zip (or `out`) and return its path."""
-    from .release import write_zip
+    """Write dist/<name>-gradescope.zip (or `out`) and return its path.
 
+    Refused while the student templates are out of date: students would get one version of the
+    assignment and Gradescope would grade another."""
+    from .release import Project, ReleaseError, check_templates, write_zip
+
+    drift = check_templates([name], Project(config_path))
+    if drift:
+        raise ReleaseError(f"{name}: the student templates are out of date, so the bundle would "
+                           f"grade another version than students have; run `autograder release "
+                           f"-a {name}` first:\n  " + "\n  ".join(drift))
     files = bundle_files(name, config_path)
     path = out or bundle_path(name, config_path)
     write_zip(files, "", path)

@@ -256,3 +256,17 @@ def test_verify_key_prints_one_line_per_snippet_question(tmp_path: Path) -> None
 def test_unknown_assignment_fails_clearly(command: list[str]) -> None:
     result = autograder(*command)
     assert result.returncode in (1, 2) and "has no assignment 'nope'" in result.stderr
+
+
+def test_no_gradescope_bundle_from_stale_templates(tmp_path: Path) -> None:
+    # Students would get one version of the assignment and Gradescope would grade another.
+    course = toy_course(tmp_path)
+    config = str(course / "grading.yml")
+    assert autograder("release", "-a", "toy", "--skip-self-check", "--config", config) \
+        .returncode == 0
+    assert autograder("gradescope", "-a", "toy", "--config", config).returncode == 0
+    bank = course / "assignments" / "toy" / "questions.yml"
+    bank.write_text(bank.read_text().replace("stem: ", "stem: Changed. ", 1))
+    stale = autograder("gradescope", "-a", "toy", "--config", config)
+    assert stale.returncode == 1
+    assert "out of date" in stale.stderr and "autograder release -a toy" in stale.stderr
