@@ -180,10 +180,19 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
     """Check an assignment's sources: config, question bank, hidden tests' names and points."""
     import tempfile
 
-    from .assignment import load_assignment
+    from .assignment import check_assignment, load_assignment
     from .coding import collect_hidden_tests
 
     assignment = _assignment(assignment, positional)
+    problems = check_assignment(assignment, project.config)
+    if problems:  # every problem of every file in one run, by file
+        count = sum(len(found) for found in problems.values())
+        click.echo(f"error: {assignment}: {count} problem{'s' * (count != 1)}", err=True)
+        for label, found in problems.items():
+            click.echo(f"  {label}:", err=True)
+            for line in found:
+                click.echo(f"    - {inert(line)}", err=True)
+        sys.exit(2)
     spec = load_assignment(assignment, project.config)
     with tempfile.TemporaryDirectory() as workdir:
         tests = collect_hidden_tests(spec, Path(workdir))

@@ -108,3 +108,21 @@ def test_help_lists_the_exit_codes():
     assert "Exit status:" in result.stdout
     for code in ("0 ", "1 ", "2 ", "130 "):
         assert re.search(rf"^\s+{code}", result.stdout, re.M), code
+
+
+def test_validate_lists_every_problem_in_one_run(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course)
+    toy = course / "assignments" / "toy"
+    bank = toy / "questions.yml"
+    bank.write_text(bank.read_text().replace("answer: [A]\n", "answer: [D]\n", 1)
+                    .replace("points: 1\n", "points: 2\n", 1))
+    hidden = toy / "tests" / "hidden" / "test_toy.py"
+    hidden.write_text(hidden.read_text() + '\n\ndef test_nameless(student):\n    """oops"""\n')
+    result = run("validate", "-a", "toy", "--config", str(course / "grading.yml"))
+    assert result.returncode == 2
+    assert "assignments/toy/questions.yml:" in result.stderr
+    assert "at answer: D not among the options" in result.stderr
+    assert "the questions add up to 3 points, but grading.yml gives multiple_choice 2" \
+        in result.stderr
+    assert "assignments/toy/tests/hidden:" in result.stderr and "test_nameless" in result.stderr
