@@ -28,6 +28,7 @@ import yaml
 
 from autograder.inert import label
 from autograder.questions import Question, QuestionBank, answers_schema
+from autograder.student_check import DuplicateAnswer, answers_loader
 from autograder.untrusted_parse import ChildFailed, run_limited
 
 ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
@@ -65,14 +66,6 @@ class MultipleChoiceGrade:
         return sum(r.max_score for r in self.results)
 
 
-@dataclass
-class DuplicateAnswer:
-    """A question id given more than once in the file: ambiguous, so that question is invalid."""
-
-    values: list[Any]
-    lines: list[int | None]
-
-
 @dataclass(frozen=True)
 class Opaque:
     """A value that is no letter and no list (a date, bytes, a set, a huge number), as the
@@ -90,57 +83,8 @@ class Opaque:
 # ----------------------------------------------------------------------------- loading
 
 
-class _AnswersLoader(yaml.SafeLoader):
-    """SafeLoader that records duplicate mapping keys instead of silently keeping the last.
-
-    Aliases are refused: an answers file never needs them, and nested aliases ("billion
-    laughs") would make the trusted grader expand an exponentially large value.
-    """
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.events.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "YAML aliases (*name) are not allowed in an answers file",
-                event.start_mark)
-        return super().compose_node(parent, index)
-
-    def construct_yaml_int(self, node: yaml.Node) -> int:
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:  # over Python's 4,300 digits for int(): no answer is a number anyway
-            raise yaml.constructor.ConstructorError(
-                None, None, "this number is too long to read; answers are letters, e.g. B",
-                node.start_mark) from None
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
-        if not isinstance(node, yaml.MappingNode):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
-        self.flatten_mapping(node)
-        mapping: dict[Any, Any] = {}
-        first_line: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, Hashable):
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    "found an unhashable key", key_node.start_mark)
-            value = self.construct_object(value_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if key not in mapping:
-                mapping[key], first_line[key] = value, line
-                continue
-            previous = mapping[key]
-            if not isinstance(previous, DuplicateAnswer):
-                previous = DuplicateAnswer([previous], [first_line[key]])
-            previous.values.append(value)
-            previous.lines.append(line)
-            mapping[key] = previous
-        return mapping
-
-
-_AnswersLoader.add_constructor("tag:yaml.org,2002:int", _AnswersLoader.construct_yaml_int)
+# One loader for check.py and the grader: check.py is shipped alone, so the grader imports it.
+_AnswersLoader = answers_loader()
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -433,30 +433,65 @@ def choose_graded(module: str, module_file: str | None, module_state_: str | Non
 
 
 @dataclass
-class _Duplicate:
-    lines: list[int]
+class DuplicateAnswer:
+    """A question id given more than once in the file: ambiguous, so that question is invalid."""
+
+    values: list[Any]
+    lines: list[int | None]
 
 
-def _loader() -> type:
+def answers_loader() -> type:
+    """The one YAML loader of answers files: check.py's and the grader's (which imports it), so
+    both read every file the same way. A SafeLoader that records a question id given twice
+    (a DuplicateAnswer) instead of keeping the last, refuses aliases (an answers file never needs
+    them, and nested ones, "billion laughs", would expand exponentially) and numbers too long
+    for int()."""
     import yaml
 
     class AnswersLoader(yaml.SafeLoader):
-        """Safe YAML loading that records a question id given twice instead of keeping one."""
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.events.AliasEvent):
+                raise yaml.composer.ComposerError(
+                    None, None, "YAML aliases (*name) are not allowed in an answers file",
+                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+        def construct_yaml_int(self, node: Any) -> int:
+            try:
+                return super().construct_yaml_int(node)
+            except ValueError:  # over int()'s 4,300 digits: no answer is a number anyway
+                raise yaml.constructor.ConstructorError(
+                    None, None, "this number is too long to read; answers are letters, e.g. B",
+                    node.start_mark) from None
 
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            if not isinstance(node, yaml.MappingNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"expected a mapping node, but found {node.id}",
+                    node.start_mark)
             self.flatten_mapping(node)
             mapping: dict[Any, Any] = {}
-            lines: dict[Any, list[int]] = {}
+            first_line: dict[Any, int] = {}
             for key_node, value_node in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if not isinstance(key, Hashable):
                     raise yaml.constructor.ConstructorError(
-                        None, None, "a question id must be plain text", key_node.start_mark)
-                lines.setdefault(key, []).append(key_node.start_mark.line + 1)
+                        "while constructing a mapping", node.start_mark,
+                        "a question id must be plain text", key_node.start_mark)
                 value = self.construct_object(value_node, deep=deep)
-                mapping[key] = _Duplicate(lines[key]) if len(lines[key]) > 1 else value
+                line = key_node.start_mark.line + 1
+                if key not in mapping:
+                    mapping[key], first_line[key] = value, line
+                    continue
+                previous = mapping[key]
+                if not isinstance(previous, DuplicateAnswer):
+                    previous = DuplicateAnswer([previous], [first_line[key]])
+                previous.values.append(value)
+                previous.lines.append(line)
+                mapping[key] = previous
             return mapping
 
+    AnswersLoader.add_constructor("tag:yaml.org,2002:int", AnswersLoader.construct_yaml_int)
     return AnswersLoader
 
 
@@ -473,12 +508,13 @@ def load_answers_file(path: Path) -> tuple[dict[Any, Any], str | None]:
             def hook(items: list[tuple[str, Any]]) -> dict[str, Any]:
                 out: dict[str, Any] = {}
                 for key, value in items:
-                    out[key] = _Duplicate([]) if key in out else value
+                    out[key] = DuplicateAnswer([out[key], value], [None, None]) \
+                        if key in out else value
                 return out
 
             data = json.loads(text, object_pairs_hook=hook)
         else:
-            data = yaml.load(text, Loader=_loader())  # a SafeLoader: no Python objects
+            data = yaml.load(text, Loader=answers_loader())  # a SafeLoader: no Python objects
     except json.JSONDecodeError as exc:
         return {}, f"{path.name} line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
     except yaml.YAMLError as exc:
@@ -594,7 +630,7 @@ def check_answers(folder: Path, schema_path: Path) -> Section:
     for qid, prop in properties.items():
         title = prop.get("title", qid)
         raw = answers.get(qid)
-        if isinstance(raw, _Duplicate):
+        if isinstance(raw, DuplicateAnswer):
             where = " and ".join(f"line {n}" for n in raw.lines if n)
             section.problems.append(f"{title}: answered more than once"
                                     + (f" ({where})" if where else "") + "; keep one")
