@@ -200,7 +200,7 @@ ENTRY = '''\
         points: {mc_points}
 {mc_settings}      coding:
         points: {coding_points}
-{coding_settings}        # Points per function; the hidden tests of a function add up to its points.
+{coding_settings}        # Points per function, split over the function's hidden tests by their weights.
         functions:
           {function}: {coding_points}
 {settings}'''

@@ -1,0 +1,255 @@
+"""Parts C, D and E: save_checkpoint, load_checkpoint, global_mean, evaluate_accuracy,
+amp_train_step. Expected values are computed here from inputs drawn for this grading."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from autograder.testing import drawn
+
+import probes
+
+
+def close(a, b, atol: float = 1e-5) -> bool:
+    return a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol, rtol=1e-4)
+
+
+def error_of(report: dict, what: str) -> None:
+    if "error" in report:
+        error = report["error"]
+        raise AssertionError(f"{what} raised {error['type']}: {error['message'][:300]}")
+
+
+def folder_name() -> str:
+    return f"ckpt{drawn().randrange(1 << 40)}"
+
+
+# ----------------------------------------------------------------------------- save_checkpoint
+
+
+@pytest.mark.timeout_s(150)
+def test_save_ranks(student):
+    """save_checkpoint: rank 0 writes model, optimizer and epoch once; the others wait for it"""
+    rng = drawn()
+    torch.manual_seed(rng.randrange(1 << 30))
+    world, epoch = rng.choice([2, 3]), rng.randint(1, 50)
+    model = probes.SlowStateDict()
+    reports = student.run_ranks(probes.save_ranks, world, folder_name(), model,
+                                rng.choice([0.05, 0.1]), rng.randint(1, 3), epoch)
+    for rank, report in enumerate(reports):
+        error_of(report, f"save_checkpoint on rank {rank}")
+        assert report["saves"] == (1 if rank == 0 else 0), (
+            f"rank {rank} called torch.save {report['saves']} times: only rank 0 writes the "
+            "checkpoint, once")
+        assert report["exists_after"] and "value" in report.get("checkpoint", {}), (
+            f"rank {rank}: when save_checkpoint returns the checkpoint must be complete on "
+            "disk (the other ranks wait at a barrier until rank 0 has written it)")
+    saved = reports[0]["checkpoint"]["value"]
+    assert isinstance(saved, dict) and {"model", "optimizer", "epoch"} <= set(saved), (
+        f"the checkpoint must be a dict with 'model', 'optimizer' and 'epoch', got "
+        f"{sorted(saved) if isinstance(saved, dict) else type(saved).__name__}")
+    assert saved["epoch"] == epoch, f"'epoch' must be the epoch given ({epoch})"
+    state = reports[0]["state"]
+    assert sorted(saved["model"]) == sorted(state), (
+        f"'model' must be the unwrapped model's state dict (keys {sorted(state)}), got keys "
+        f"{sorted(saved['model'])}")
+    for name, value in state.items():
+        assert close(saved["model"][name], value), f"'model' holds a stale {name!r}"
+    momentum = [s.get("momentum_buffer") for s in saved["optimizer"].get("state", {}).values()]
+    want = [s.get("momentum_buffer") for s in reports[0]["optimizer"]["state"].values()]
+    assert len(momentum) == len(want) and all(
+        close(a, b) for a, b in zip(momentum, want, strict=True)), (
+        "'optimizer' must be the optimizer's state dict (its momentum buffers included)")
+
+
+# ----------------------------------------------------------------------------- load_checkpoint
+
+
+def trained_checkpoint():
+    rng = drawn()
+    torch.manual_seed(rng.randrange(1 << 30))
+    model = probes.PlainMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(rng.randint(1, 3)):
+        x = torch.randn(6, 4)
+        optimizer.zero_grad()
+        probes.mse(model(x), x[:, :1]).backward()
+        optimizer.step()
+    checkpoint = {"model": copy.deepcopy(model.state_dict()),
+                  "optimizer": copy.deepcopy(optimizer.state_dict()),
+                  "epoch": rng.randint(1, 50)}
+    momentum = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
+    return checkpoint, momentum
+
+
+def check_loaded(reports, checkpoint, momentum, devices) -> None:
+    for rank, report in enumerate(reports):
+        error_of(report, f"load_checkpoint on rank {rank}")
+        assert report["value"] == checkpoint["epoch"], (
+            f"rank {rank}: load_checkpoint must return the checkpoint's epoch "
+            f"({checkpoint['epoch']}), got {report['value']!r}")
+        for name, value in checkpoint["model"].items():
+            assert close(report["state"][name], value), (
+                f"rank {rank}: {name!r} was not loaded from the checkpoint")
+        assert len(report["momentum"]) == len(momentum) and all(
+            m is not None and close(m, want)
+            for m, want in zip(report["momentum"], momentum, strict=True)), (
+            f"rank {rank}: the optimizer's state (momentum buffers) was not loaded")
+        loads = report["loads"]
+        assert loads and loads[0].get("map_location") == devices[rank], (
+            f"rank {rank}: torch.load must be given map_location={devices[rank]}, the rank's "
+            f"own device; it got {loads[0] if loads else 'no call'}")
+        assert report["param_devices"] == [devices[rank]], (
+            f"rank {rank}: the model must stay on {devices[rank]}")
+
+
+@pytest.mark.weight(2)
+@pytest.mark.timeout_s(150)
+def test_load_on_each_gpu(student):
+    """load_checkpoint: every rank loads onto its own GPU with map_location, model and optimizer"""
+    checkpoint, momentum = trained_checkpoint()
+    reports = student.simulated(2).run_ranks(probes.load_ranks, 2, folder_name(), checkpoint,
+                                             probes.PlainMLP(), 0.1)
+    check_loaded(reports, checkpoint, momentum, ["cuda:0", "cuda:1"])
+
+
+@pytest.mark.weight(1)
+@pytest.mark.timeout_s(150)
+def test_load_on_cpu(student):
+    """load_checkpoint: on CPU ranks, into the model inside DDP"""
+    checkpoint, momentum = trained_checkpoint()
+    reports = student.without_gpus().run_ranks(probes.load_ranks, 2, folder_name(), checkpoint,
+                                               probes.PlainMLP(), 0.1)
+    check_loaded(reports, checkpoint, momentum, ["cpu", "cpu"])
+
+
+# ----------------------------------------------------------------------------- global_mean
+
+
+@pytest.mark.timeout_s(150)
+def test_global_mean(student):
+    """global_mean: every rank gets the mean over all ranks; the value itself without a group"""
+    rng = drawn()
+    world = rng.choice([2, 3])
+    values = [rng.uniform(-100, 100) for _ in range(world)]
+    reports = student.run_ranks(probes.mean_ranks, world, per_rank=values)
+    mean = sum(values) / world
+    for rank, report in enumerate(reports):
+        error_of(report["grouped"], f"global_mean on rank {rank}")
+        got = report["grouped"]["value"]
+        assert type(got) is float and abs(got - mean) <= 1e-9 * max(1, abs(mean)), (
+            f"rank {rank}: global_mean gave {got!r}, not the mean over the {world} ranks "
+            "(every rank must get it)")
+        error_of(report["alone"], f"global_mean without a process group on rank {rank}")
+        alone = report["alone"]["value"]
+        assert type(alone) is float and alone == values[rank], (
+            "without a process group global_mean returns the value itself, as a float")
+
+
+# ----------------------------------------------------------------------------- evaluate_accuracy
+
+
+def accuracies(model, data, world: int) -> tuple[float, float, float]:
+    """(right, counting the sampler's padding, mean of per-rank accuracies)."""
+    with torch.no_grad():
+        hits = (model(data.x).argmax(dim=1) == data.y).tolist()
+    n = len(hits)
+    total = -(-n // world) * world
+    padded = hits + hits[: total - n]
+    per_rank = [padded[r:total:world] for r in range(world)]
+    return (sum(hits) / n, sum(padded) / total,
+            sum(sum(p) / len(p) for p in per_rank) / world)
+
+
+@pytest.mark.timeout_s(150)
+def test_evaluate_counts_each_sample_once(student):
+    """evaluate_accuracy: accuracy over the whole dataset, DistributedSampler's padding left out"""
+    rng = drawn()
+    world = rng.choice([2, 3])
+    while True:
+        torch.manual_seed(rng.randrange(1 << 30))
+        n = world * rng.randint(4, 9) + 1  # world - 1 samples of padding
+        model = nn.Linear(4, 3)
+        data = probes.Pairs(torch.randn(n, 4), torch.randint(0, 3, (n,)))
+        right, padded, averaged = accuracies(model, data, world)
+        if min(abs(right - padded), abs(right - averaged)) > 1e-6:
+            break
+    reports = student.run_ranks(probes.evaluate_ranks, world, model, data, rng.randint(2, 5))
+    for rank, report in enumerate(reports):
+        error_of(report, f"evaluate_accuracy on rank {rank}")
+        got = report["value"]
+        assert type(got) is float and abs(got - right) <= 1e-9, (
+            f"rank {rank}: accuracy {got!r}, expected {right:.6f} (each of the {n} samples "
+            "counted once, over all ranks)")
+        assert report["training_after"], "the model's training mode must be restored"
+
+
+# ----------------------------------------------------------------------------- amp_train_step
+
+
+def expected_amp(model, batches, lr, max_norm, init_scale):
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = None
+    if init_scale is not None:
+        scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1000)
+    losses = []
+    for x, y in batches:
+        optimizer.zero_grad()
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = probes.mse(model(x), y)
+        if scaler is None:
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+        losses.append(loss.item())
+    return losses, model.state_dict()
+
+
+def amp_case(scaled: bool):
+    rng = drawn()
+    torch.manual_seed(rng.randrange(1 << 30))
+    model = probes.PlainMLP(d_in=8, hidden=16)
+    batches = [(torch.randn(8, 8), 5 * torch.randn(8, 1)) for _ in range(rng.randint(2, 4))]
+    init_scale = float(2 ** rng.randint(4, 12)) if scaled else None
+    return model, batches, rng.choice([0.05, 0.1]), rng.uniform(0.05, 0.2), init_scale
+
+
+def check_amp(report, model, batches, lr, max_norm, init_scale) -> None:
+    losses, state = expected_amp(model, batches, lr, max_norm, init_scale)
+    for step, (got, want) in enumerate(zip(report["losses"], losses, strict=False)):
+        error_of(got, f"amp_train_step, step {step}")
+        assert type(got["value"]) is float and abs(got["value"] - want) <= 1e-4 * max(1, want), (
+            f"step {step}: loss {got['value']!r}, expected {want:.5f} (computed under "
+            "torch.autocast with bfloat16)")
+    assert len(report["losses"]) == len(losses)
+    for name, want in state.items():
+        assert close(report["state"][name], want, atol=2e-3), (
+            f"after {len(losses)} steps {name!r} differs from steps with the gradients' norm "
+            f"clipped to {max_norm:.3f}" + (" after unscale_" if init_scale else ""))
+
+
+@pytest.mark.weight(1)
+def test_amp_bf16_clipped(student):
+    """amp_train_step: bfloat16 autocast on CPU, gradients clipped to max_norm"""
+    model, batches, lr, max_norm, _ = amp_case(False)
+    report = student.probe(probes.amp_steps, model, batches, lr, max_norm, None)
+    check_amp(report, model, batches, lr, max_norm, None)
+
+
+@pytest.mark.weight(2)
+def test_amp_scaler_unscales_before_clipping(student):
+    """amp_train_step: with a GradScaler, unscale_ before clipping, then step and update"""
+    model, batches, lr, max_norm, init_scale = amp_case(True)
+    report = student.probe(probes.amp_steps, model, batches, lr, max_norm, init_scale)
+    check_amp(report, model, batches, lr, max_norm, init_scale)
+    assert report["scale"] == init_scale, (
+        "the scaler's scale must be left to scaler.update() (no overflow: unchanged)")

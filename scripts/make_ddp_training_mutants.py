@@ -1,0 +1,161 @@
+"""Generate tests/assignments/mutants/ddp_training/*.py from ddp_training's reference solution.
+
+The sibling of scripts/make_mutants.py (same header format, same one-edit-at-a-time check):
+each mutant is the reference with one classic mistake of multi-process training, and names the
+hidden tests that must catch it. It also writes assignments/ddp_training/examples/partial/.
+
+    .venv/bin/python scripts/make_ddp_training_mutants.py          # (re)write the files
+    .venv/bin/python scripts/make_ddp_training_mutants.py --check  # exit 1 if any differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import yaml
+
+from autograder.markers import reference
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "assignments" / "ddp_training" / "solution" / "ddp_training.py"
+OUT = ROOT / "tests" / "assignments" / "mutants" / "ddp_training"
+PARTIAL = ROOT / "assignments" / "ddp_training" / "examples" / "partial"
+
+_spec = importlib.util.spec_from_file_location("make_mutants", ROOT / "scripts" / "make_mutants.py")
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+mutant_text, _mutate = _base.mutant_text, _base._mutate
+
+LAUNCH = "init_from_env: 2 nodes x 2 GPUs"
+MUTANTS: list[tuple] = [
+    ("launch_device_from_rank", "init_from_env", "picks cuda:RANK instead of cuda:LOCAL_RANK",
+     [LAUNCH],
+     '        device = torch.device("cuda", local_rank)\n',
+     '        device = torch.device("cuda", rank)\n'),
+    ("launch_no_local_rank_check", "init_from_env", "accepts LOCAL_RANK >= WORLD_SIZE",
+     ["init_from_env: a missing or inconsistent variable"],
+     """    if not 0 <= local_rank < world_size:
+        raise ValueError(f"LOCAL_RANK must be in [0, WORLD_SIZE={world_size}), got "
+                         f"{local_rank}")
+""", ""),
+    ("launch_always_gloo", "init_from_env", "always gloo, even with a GPU per local rank",
+     [LAUNCH],
+     '        backend = "nccl" if gpus > local_rank else "gloo"',
+     '        backend = "gloo"'),
+    ("epochs_no_set_epoch", "train_epochs", "forgets set_epoch (the same shuffle every epoch)",
+     ["train_epochs: a new shuffle each epoch", "train_epochs: start_epoch resumes"],
+     """        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+""", ""),
+    ("epochs_ignores_start", "train_epochs", "always starts at epoch 0",
+     ["train_epochs: start_epoch resumes"],
+     "    for epoch in range(start_epoch, epochs):",
+     "    for epoch in range(epochs - start_epoch):"),
+    ("accumulate_no_sync_everywhere", "accumulate_step",
+     "no_sync() on the last micro-batch too: gradients never all-reduced",
+     ["accumulate_step: under DDP"],
+     "        sync = contextlib.nullcontext() if last or not hasattr(model, \"no_sync\") \\\n",
+     "        sync = contextlib.nullcontext() if not hasattr(model, \"no_sync\") \\\n"),
+    ("accumulate_not_divided", "accumulate_step", "loss not divided by the number of micro-batches",
+     ["accumulate_step: under DDP", "accumulate_step: an unwrapped model"],
+     "            (loss / k).backward()", "            loss.backward()"),
+    ("accumulate_without_no_sync", "accumulate_step", "all-reduces on every micro-batch",
+     ["accumulate_step: under DDP"],
+     "        sync = contextlib.nullcontext() if last or not hasattr(model, \"no_sync\") \\\n"
+     "            else model.no_sync()\n",
+     "        sync = contextlib.nullcontext()\n"),
+    ("save_every_rank", "save_checkpoint", "every rank writes the checkpoint",
+     ["save_checkpoint: rank 0 writes"],
+     "    if not grouped or dist.get_rank() == 0:\n", "    if True:\n"),
+    ("save_no_barrier", "save_checkpoint", "no barrier: other ranks return before the file exists",
+     ["save_checkpoint: rank 0 writes"],
+     """    if grouped:
+        dist.barrier()
+""", ""),
+    ("save_wrapped_keys", "save_checkpoint", "saves the DDP wrapper's state dict (module. keys)",
+     ["save_checkpoint: rank 0 writes"],
+     '        torch.save({"model": _unwrapped(model).state_dict(),',
+     '        torch.save({"model": model.state_dict(),'),
+    ("load_no_map_location", "load_checkpoint", "torch.load without map_location",
+     ["load_checkpoint: every rank loads onto its own GPU"],
+     "    checkpoint = torch.load(path, map_location=device)",
+     "    checkpoint = torch.load(path)"),
+    ("load_forgets_optimizer", "load_checkpoint", "restores the model but not the optimizer",
+     ["load_checkpoint: every rank loads onto its own GPU", "load_checkpoint: on CPU ranks"],
+     '    optimizer.load_state_dict(checkpoint["optimizer"])\n', ""),
+    ("mean_on_rank_zero_only", "global_mean", "reduces to rank 0 only (others keep their value)",
+     ["global_mean: every rank gets the mean"],
+     "    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)",
+     "    dist.reduce(tensor, dst=0, op=dist.ReduceOp.SUM)"),
+    ("mean_not_divided", "global_mean", "sums instead of averaging",
+     ["global_mean: every rank gets the mean"],
+     "    return float(tensor.item()) / dist.get_world_size()", "    return float(tensor.item())"),
+    ("evaluate_counts_padding", "evaluate_accuracy", "counts DistributedSampler's padded repeats",
+     ["evaluate_accuracy: accuracy over the whole dataset"],
+     "                if rank + position * world_size < len(dataset):  # not padding",
+     "                if True:"),
+    ("evaluate_stays_eval", "evaluate_accuracy", "leaves the model in eval mode",
+     ["evaluate_accuracy: accuracy over the whole dataset"],
+     "    model.train(was_training)\n", ""),
+    ("amp_clip_before_unscale", "amp_train_step", "unscale_ after clipping",
+     ["amp_train_step: with a GradScaler"],
+     """        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)""",
+     """        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)"""),
+    ("amp_no_autocast", "amp_train_step", "no autocast: the forward runs in float32",
+     ["amp_train_step: bfloat16 autocast", "amp_train_step: with a GradScaler"],
+     "    with torch.autocast(device_type=device.type, dtype=dtype):",
+     "    with contextlib.nullcontext():"),
+]
+
+# The demo's partly correct example: a few of the mistakes above, and half of the key.
+PARTIAL_MISTAKES = ("epochs_no_set_epoch", "save_no_barrier", "amp_clip_before_unscale")
+
+
+def generate(solution: str) -> dict[Path, str]:
+    files = {OUT / f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
+    specs = {spec[0]: spec for spec in MUTANTS}
+    text = reference(solution)
+    for name in PARTIAL_MISTAKES:
+        text = _mutate(text, specs[name])
+    header = "".join(f"# PARTIAL: {specs[n][1]}: {specs[n][2]}\n" for n in PARTIAL_MISTAKES)
+    files[PARTIAL / "ddp_training.py"] = header + text
+    bank = yaml.safe_load((SOLUTION.parents[1] / "questions.yml").read_text())
+    answers = {}
+    for index, q in enumerate(bank["questions"]):
+        right = q["answer"] if q["multiple"] else q["answer"][0]
+        wrong = next(x for x in q["options"] if x not in q["answer"])
+        answers[q["id"]] = right if index % 2 == 0 else wrong
+    files[PARTIAL / "answers.yml"] = ("# The demo's partly correct answers: every other one "
+                                      "right.\n" + yaml.safe_dump(answers, sort_keys=False))
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    files = generate(SOLUTION.read_text())
+    differ = sorted(p for p, text in files.items() if not p.is_file() or p.read_text() != text)
+    stale = sorted(set(OUT.glob("*.py")) - set(files)) if OUT.is_dir() else []
+    if args.check:
+        for path in [*differ, *stale]:
+            print(f"differs from the generator: {path.relative_to(ROOT)}")
+        return 1 if differ or stale else 0
+    for path in stale:
+        path.unlink()
+    for path in differ:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[path])
+    print(f"wrote {len(differ)} files, removed {len(stale)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
