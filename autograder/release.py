@@ -112,8 +112,9 @@ def answers_template(assignment: Assignment) -> str:
     """answers.yml for students: every question as comments above its id, answered `null`."""
     bank = assignment.bank
     title = f"\"{assignment.config.title}\" ({assignment.name})"
-    out = _comment(f"Multiple-choice answers for {title}: {len(bank.questions)} questions, "
-                   f"{bank.total_points:g} points.")
+    out = _comment(f"Multiple-choice answers for {title}: "
+                   f"{_count(len(bank.questions), 'question')}, "
+                   f"{_count(bank.total_points, 'point')}.")
     out += [
         "#",
         "# Replace the `null` after each question id with your answer:",
@@ -140,6 +141,7 @@ def answers_template(assignment: Assignment) -> str:
 _JINJA = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                             undefined=jinja2.StrictUndefined)
 _JINJA.filters["g"] = lambda x: f"{x:g}"
+_JINJA.filters["points"] = lambda x: _count(x, "point")
 # Markdown tables need one line per row; prose is wrapped as in any README.
 _README = _JINJA.from_string("""\
 # {{ c.title }} ({{ name }})
@@ -155,7 +157,7 @@ Due {{ c.due }}.
 | `{{ module }}.py` | the functions to implement: replace each `raise NotImplementedError(...)` \
 with your code; the docstrings are the specification the grader checks |
 | `{{ module }}.ipynb` | the same, as a Jupyter notebook, if you prefer one: one cell per function |
-| `answers.yml` | {{ questions }} multiple-choice questions: replace each `null` with your answer |
+| `answers.yml` | {{ questions }}: replace each `null` with your answer |
 {% if public_tests %}
 | `tests/` | the public tests: a sample of what the grader checks |
 {% endif %}
@@ -180,7 +182,7 @@ python -m pip install {{ torch }} --index-url https://download.pytorch.org/whl/c
 
 ## What to do
 
-1. Implement every function in `{{ module }}.py` ({{ c.coding.points | g }} points). Keep the
+1. Implement every function in `{{ module }}.py` ({{ c.coding.points | points }}). Keep the
    names and signatures; helper functions of your own are fine.
 
    | function | points |
@@ -189,15 +191,15 @@ python -m pip install {{ torch }} --index-url https://download.pytorch.org/whl/c
    | `{{ function }}` | {{ points | g }} |
 {% endfor %}
 
-2. Answer the questions in `answers.yml` ({{ c.multiple_choice.points | g }} points). Each
+2. Answer the questions in `answers.yml` ({{ c.multiple_choice.points | points }}). Each
    question is written out above its id: replace `null` with one letter (`question_id: B`), or
    with a list of letters for "select all that apply" (`question_id: [A, C]`).
-
-## Check your work
 {% if mc_visibility == "after_due_date" %}
    Which answers are right is shown after the due date; an answer left out or malformed is
    reported at once, so you can fix it in time. Your total is shown at once.
 {% endif %}
+
+## Check your work
 
 ```sh
 python check.py
@@ -232,16 +234,17 @@ report (and `check.py`) says which file was graded.
 
 ## How it is graded
 
-- Multiple choice, {{ c.multiple_choice.points | g }} points: each question scores its points when
+- Multiple choice, {{ c.multiple_choice.points | points }}: each question scores its points when
   your answer is right{% if questions_multiple %} (for "select all that apply": exactly the right
   set){% endif %}, 0 otherwise.
-- Coding, {{ c.coding.points | g }} points: hidden tests, many more than the public ones, check
+- Coding, {{ c.coding.points | points }}: hidden tests{{ more_than_public }} check
   every rule in the docstrings. Your code runs in a sandbox without network access, with time and
   memory limits; a crash or an endless loop fails only the tests concerned.
-{% if gpu_policy == "reweight" %}
+{% if not gpu_tests %}
+{% elif gpu_policy == "reweight" %}
 - Tests that need a GPU count only where the grader has one; on a grader without a GPU they are
   left out and the other coding tests are scaled so the part keeps its {{ c.coding.points | g }}
-  points. Your report says which applied.
+  point{{ '' if c.coding.points == 1 else 's' }}. Your report says which applied.
 {% else %}
 - Tests that need a GPU score 0 until your work is regraded on a GPU machine; your report says
   which are pending.
@@ -250,10 +253,31 @@ report (and `check.py`) says which file was graded.
 """)
 
 
+def _count(n: float, word: str) -> str:
+    """`1 point`, `2.5 points`, `1 question`: the number and the word, singular only for 1."""
+    return f"{n:g} {word}{'' if n == 1 else 's'}"
+
+
+def _test_counts(folder: Path) -> tuple[int, int]:
+    """(tests, tests marked gpu) in a test folder, read as text: no collection, no imports."""
+    tests = gpu = 0
+    for path in sorted(folder.rglob("test_*.py")) if folder.is_dir() else []:
+        text = path.read_text(encoding="utf-8")
+        tests += len(re.findall(r"^\s*def test_\w+\(", text, flags=re.MULTILINE))
+        gpu += len(re.findall(r"^\s*@pytest\.mark\.gpu\b", text, flags=re.MULTILINE))
+    return tests, gpu
+
+
 def student_readme(assignment: Assignment, torch: str, public_tests: bool) -> str:
     c = assignment.config
+    hidden, gpu = _test_counts(assignment.hidden_tests)
+    public, _ = _test_counts(assignment.public_tests)
     return _README.render(
-        c=c, name=assignment.name, module=c.module, questions=len(assignment.bank.questions),
+        gpu_tests=gpu > 0,
+        more_than_public=(", many more than the public ones,"
+                          if hidden >= 2 * max(public, 1) else ""),
+        c=c, name=assignment.name, module=c.module,
+        questions=_count(len(assignment.bank.questions), "multiple-choice question"),
         questions_multiple=any(q.multiple for q in assignment.bank.questions),
         public_tests=public_tests, torch=torch, min_python=MIN_PYTHON,
         gpu_policy=c.gpu_policy, mc_visibility=c.multiple_choice.visibility)
@@ -276,6 +300,30 @@ def check_script(module: str, functions: list[str] | None = None) -> str:
         if count != 1:
             raise ReleaseError(f"autograder/student_check.py has no `{name} = None` line to set")
     return text
+
+
+# The notebook's instructions cell: the module's docstring, less what only fits the module
+# (running pytest on it), plus how the notebook is graded and checked.
+_NOTEBOOK_HOWTO = """\
+How this notebook is graded: the grader takes the code of the function cells (one per function,
+below) and of the locked cells (the imports), in notebook order, as `{module}.py`, and nothing
+else. Cells you add are left out: write helper functions and extra imports inside a function
+cell, e.g. the cell of the function that uses them. IPython magics (`%...`, `!...`) are
+commented out.
+
+Check your work with `python check.py` in the folder that holds this notebook: it converts the
+notebook exactly as the grader does, names any cell and definition left out, and runs the public
+tests on the result. (Running `pytest` directly tests `{module}.py`, not this notebook.)
+
+Submit `{module}.ipynb` and `answers.yml`. If you also upload `{module}.py`, leave it as the
+template gave it: when both hold code, the grader grades `{module}.py` and ignores the notebook."""
+
+
+def notebook_instructions(docstring: str, module: str) -> str:
+    """The instructions cell of the notebook: the docstring without its paragraphs about
+    pytest (they are about the .py file), then how the notebook is graded and checked."""
+    kept = [p for p in docstring.strip().split("\n\n") if not re.search(r"\bpytest\b", p)]
+    return "\n\n".join([*kept, _NOTEBOOK_HOWTO.format(module=module)])
 
 
 def student_files(assignment: Assignment, torch: str) -> dict[str, bytes]:
@@ -301,30 +349,6 @@ def student_files(assignment: Assignment, torch: str) -> dict[str, bytes]:
             if path.is_file() and not IGNORED_NAMES & set(path.relative_to(public).parts) \
                     and path.suffix != ".pyc":
                 files[f"tests/{path.relative_to(public).as_posix()}"] = path.read_bytes()
-# The notebook's instructions cell: the module's docstring, less what only fits the module
-# (running pytest on it), plus how the notebook is graded and checked.
-_NOTEBOOK_HOWTO = """\
-How this notebook is graded: the grader takes the code of the function cells (one per function,
-below) and of the locked cells (the imports), in notebook order, as `{module}.py`, and nothing
-else. Cells you add are left out: write helper functions and extra imports inside a function
-cell, e.g. the cell of the function that uses them. IPython magics (`%...`, `!...`) are
-commented out.
-
-Check your work with `python check.py` in the folder that holds this notebook: it converts the
-notebook exactly as the grader does, names any cell and definition left out, and runs the public
-tests on the result. (Running `pytest` directly tests `{module}.py`, not this notebook.)
-
-Submit `{module}.ipynb` and `answers.yml`. If you also upload `{module}.py`, leave it as the
-template gave it: when both hold code, the grader grades `{module}.py` and ignores the notebook."""
-
-
-def notebook_instructions(docstring: str, module: str) -> str:
-    """The instructions cell of the notebook: the docstring without its paragraphs about
-    pytest (they are about the .py file), then how the notebook is graded and checked."""
-    kept = [p for p in docstring.strip().split("\n\n") if not re.search(r"\bpytest\b", p)]
-    return "\n\n".join([*kept, _NOTEBOOK_HOWTO.format(module=module)])
-
-
     has_tests = any(name.startswith("tests/test_") for name in files)
     files["README.md"] = student_readme(assignment, torch, has_tests).encode()
     return dict(sorted(files.items()))
@@ -508,8 +532,8 @@ def self_check(assignment: Assignment, files: dict[str, bytes], log: Log = print
         except GradingError as exc:
             result.problems.append(str(exc))
             return result
-        result.passed.append(f"points: {len(assignment.bank.questions)} questions, "
-                             f"{len(tests)} hidden tests add up to grading.yml's")
+        result.passed.append(f"points: {_count(len(assignment.bank.questions), 'question')}, "
+                             f"{_count(len(tests), 'hidden test')} add up to grading.yml's")
         result.problems += _answer_files_check(files, assignment.bank, work)
         log("  self-check: snippets, public tests, grading the reference and the template...")
         recorded: list[budgets.Timings] = []
@@ -582,7 +606,8 @@ def release(name: str, project: Project, run_self_check: bool = True,
             raise ReleaseError(f"{name}: self-check failed, nothing written", checked.problems)
         if checked.timings is not None:  # each hidden test's budget is calibrated from these
             write_timings(assignment, checked.timings)
-            log(f"  recorded the reference's time of {len(checked.timings.tests)} hidden tests "
+            log(f"  recorded the reference's time of "
+                f"{_count(len(checked.timings.tests), 'hidden test')} "
                 f"in {assignment.root.name}/{budgets.TIMINGS_NAME}")
     folder = project.templates_dir / name
     drift = template_drift(files, folder)
@@ -635,6 +660,7 @@ def check_student_folder(folder: Path, module: str | None, project: Project,
     with tempfile.TemporaryDirectory(prefix="check-") as tmp:
         if module in assignments:
             assignment = load_assignment(assignments[module], project.config_path)
+            argv += ["--functions", ",".join(assignment.config.functions)]
             if not (folder / student_check.SCHEMA_NAME).is_file():
                 schema = Path(tmp) / student_check.SCHEMA_NAME
                 schema.write_text(render_answers_schema(assignment.bank))
@@ -648,4 +674,3 @@ def copy_tree(source: Path, target: Path) -> None:
     """Copy a folder without caches (bundles and temporary course copies)."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*IGNORED_NAMES, "*.pyc"),
                     dirs_exist_ok=True)
-            argv += ["--functions", ",".join(assignment.config.functions)]
