@@ -71,7 +71,7 @@ def sandbox_files(assignment_name: str, tmp_path: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if p.name != f"{assignment.config.module}.py")
 
 
-@pytest.mark.parametrize("assignment_name", ["dp_basics"])
+@pytest.mark.parametrize("assignment_name", ["dp_basics", "ddp_training"])
 def test_no_reference_logic_is_importable_in_the_sandbox(assignment_name: str,
                                                          tmp_path: Path) -> None:
     pieces = reference_pieces(assignment_name)
@@ -86,7 +86,7 @@ def test_no_reference_logic_is_importable_in_the_sandbox(assignment_name: str,
                                 f"{function}: {shared}")
 
 
-@pytest.mark.parametrize("assignment_name", ["dp_basics"])
+@pytest.mark.parametrize("assignment_name", ["dp_basics", "ddp_training"])
 def test_probes_hold_no_verdict(assignment_name: str, tmp_path: Path) -> None:
     for path in sandbox_files(assignment_name, tmp_path):
         asserts = [n.lineno for n in ast.walk(ast.parse(path.read_text()))
