@@ -1,4 +1,4 @@
-"""Grade the dp_basics reference solution many times in a row, to catch flaky grading.
+"""Grade an assignment's reference solution many times in a row, to catch flaky grading.
 
 The reference must get full coding marks every time: a run that scores less, or raises, is a
 failure of the grader (sandbox start-up, gloo rendezvous, timeouts under load), never of the
@@ -9,6 +9,9 @@ student. Prints progress every 10 runs and ends with
 exiting 1 when F > 0. The outputs of failed runs are kept, and their paths printed.
 
     .venv/bin/python scripts/soak_reference.py --runs 200
+    .venv/bin/python scripts/soak_reference.py --assignment ddp_training --runs 100 --minutes 10
+
+With --minutes, no run starts once that much time has passed; the summary counts the runs done.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ def run_once(submission: Path, assignment: Assignment, out: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="gradings in a row (default 200)")
+    parser.add_argument("--assignment", "-a", default="dp_basics",
+                        help="the assignment whose reference is graded (default dp_basics)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no run after this many minutes (default: no limit)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -51,13 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="soak-reference-"))
     submission = work / "submission"
     submission.mkdir()
-    assignment = load_assignment("dp_basics")
-    (submission / "dp_basics.py").write_text(reference(assignment.solution.read_text()))
-    print(f"grading the reference solution {args.runs} times (work folder {work})", flush=True)
+    assignment = load_assignment(args.assignment)
+    (submission / f"{assignment.config.module}.py").write_text(
+        reference(assignment.solution.read_text()))
+    print(f"grading the {args.assignment} reference solution {args.runs} times "
+          f"(work folder {work})", flush=True)
+    stop = None if args.minutes is None else time.monotonic() + 60 * args.minutes
 
     durations: list[float] = []
     failures = 0
+    done = 0
     for run in range(1, args.runs + 1):
+        if stop is not None and time.monotonic() >= stop:
+            print(f"time limit of {args.minutes:g} min reached before run {run}", flush=True)
+            break
+        done = run
         out = work / f"run-{run}"
         started = time.monotonic()
         problem = run_once(submission, assignment, out)
@@ -72,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run}/{args.runs} runs, {failures} failures, "
                   f"median {statistics.median(durations):.1f} s per run", flush=True)
 
-    print(f"{args.runs} runs, {failures} failures, "
-          f"median {statistics.median(durations):.1f} s per run", flush=True)
+    median = statistics.median(durations) if durations else 0.0
+    print(f"{done} runs, {failures} failures, median {median:.1f} s per run", flush=True)
     if not failures:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
