@@ -1,8 +1,9 @@
-"""`make demo`: grade the bundled example submissions of dp_basics and print a score table.
+"""`make demo`: grade the bundled example submissions of every assignment and print score tables.
 
-The examples are the reference solution with the full key, the blank student template with no
-answers, and a partly correct submission (assignments/dp_basics/examples/partial). The first two
-are derived from the sources here, so they can never drift from them.
+For each assignment (dp_basics, ddp_training) the examples are the reference solution with the
+full key, the blank student template with no answers, and a partly correct submission
+(assignments/<name>/examples/partial). The first two are derived from the sources here, so they
+can never drift from them. Everything goes under demo-out/<name>/.
 """
 
 from __future__ import annotations
@@ -21,50 +22,59 @@ from autograder.markers import reference, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "demo-out"
+ASSIGNMENTS = ("dp_basics", "ddp_training")
 
 
-def build_examples(folder: Path) -> list[Path]:
-    assignment = load_assignment("dp_basics")
+def build_examples(folder: Path, name: str) -> list[Path]:
+    assignment = load_assignment(name)
+    module = assignment.config.module
     source = assignment.solution.read_text()
     key = {q.id: (list(q.answer) if q.multiple else q.answer[0])
            for q in assignment.bank.questions}
     ref, blank = folder / "reference", folder / "blank"
     for path in (ref, blank):
         path.mkdir(parents=True)
-    (ref / "dp_basics.py").write_text(reference(source))
+    (ref / f"{module}.py").write_text(reference(source))
     (ref / "answers.yml").write_text(yaml.safe_dump(key, sort_keys=False))
-    (blank / "dp_basics.py").write_text(strip_solutions(source))
+    (blank / f"{module}.py").write_text(strip_solutions(source))
     partial = folder / "partial"
     shutil.copytree(assignment.root / "examples" / "partial", partial)
     return [ref, blank, partial]
 
 
-def main() -> int:
-    shutil.rmtree(OUT, ignore_errors=True)
-    submissions = build_examples(OUT / "submissions")
-    assignment = load_assignment("dp_basics")
+def demo(name: str) -> int:
+    out = OUT / name
+    submissions = build_examples(out / "submissions", name)
+    assignment = load_assignment(name)
     rows = []
     for submission in submissions:
         started = time.monotonic()
-        out = OUT / "reports" / submission.name
-        report = grade_loaded(submission, assignment, out)
+        reports = out / "reports" / submission.name
+        report = grade_loaded(submission, assignment, reports)
         mc, coding = report.parts
         rows.append((submission.name, f"{mc.score:g}/{mc.max_score:g}",
                      f"{coding.score:g}/{coding.max_score:g}",
                      f"{report.score:g}/{report.max_score:g}",
-                     f"{time.monotonic() - started:.1f}s", str(out.relative_to(ROOT))))
+                     f"{time.monotonic() - started:.1f}s", str(reports.relative_to(ROOT))))
     header = ("submission", "multiple choice", "coding", "total", "time", "reports")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    print(f"== {name}")
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"\nOpen {OUT.relative_to(ROOT)}/reports/<submission>/report.html for each report.")
+    print(f"\nOpen {out.relative_to(ROOT)}/reports/<submission>/report.html for each report.")
 
     # The same three as a class, the way a TA grades one (warm workers, gradebook, overview).
-    summary = batch(OUT / "submissions", "dp_basics", OUT / "class", jobs=2)
+    summary = batch(out / "submissions", name, out / "class", jobs=2)
     print(f"\nautograder batch: {summary.total} submissions graded in {summary.seconds:g} s; "
-          f"class overview {OUT.relative_to(ROOT)}/class/index.html, grades "
-          f"{OUT.relative_to(ROOT)}/class/grades.csv")
-    return 0 if summary.failed == 0 else 1
+          f"class overview {out.relative_to(ROOT)}/class/index.html, grades "
+          f"{out.relative_to(ROOT)}/class/grades.csv\n")
+    return summary.failed
+
+
+def main() -> int:
+    shutil.rmtree(OUT, ignore_errors=True)
+    failed = sum(demo(name) for name in ASSIGNMENTS)
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":
