@@ -200,7 +200,7 @@ ENTRY = '''\
         points: {mc_points}
 {mc_settings}      coding:
         points: {coding_points}
-{coding_settings}        # Points per function, split over the function's hidden tests by their weights.
+{coding_settings}        # Points per function, split over its hidden tests by their weights.
         functions:
           {function}: {coding_points}
 {settings}'''
