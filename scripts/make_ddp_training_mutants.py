@@ -30,6 +30,7 @@ _spec.loader.exec_module(_base)
 mutant_text, _mutate = _base.mutant_text, _base._mutate
 
 LAUNCH = "init_from_env: 2 nodes x 2 GPUs"
+UNUSED = "wrap_with_unused: training goes on when a branch is skipped"
 MUTANTS: list[tuple] = [
     ("launch_device_from_rank", "init_from_env", "picks cuda:RANK instead of cuda:LOCAL_RANK",
      [LAUNCH],
@@ -112,6 +113,22 @@ MUTANTS: list[tuple] = [
      ["amp_train_step: bfloat16 autocast", "amp_train_step: with a GradScaler"],
      "    with torch.autocast(device_type=device.type, dtype=dtype):",
      "    with contextlib.nullcontext():"),
+    ("unused_plain_ddp", "wrap_with_unused",
+     "plain DDP: the step after a skipped branch fails (reduction not finished)",
+     [UNUSED],
+     "device_ids=device_ids, find_unused_parameters=True)",
+     "device_ids=device_ids)"),
+    ("unused_static_graph", "wrap_with_unused",
+     "static_graph=True instead of find_unused_parameters: the graph changes between steps",
+     [UNUSED],
+     "device_ids=device_ids, find_unused_parameters=True)",
+     "device_ids=device_ids, static_graph=True)"),
+    ("unused_not_wrapped", "wrap_with_unused",
+     "returns the model unwrapped: each rank trains on its own gradients",
+     [UNUSED],
+     "    return DistributedDataParallel(model, device_ids=device_ids, "
+     "find_unused_parameters=True)",
+     "    return model"),
 ]
 
 # The demo's partly correct example: a few of the mistakes above, and half of the key.

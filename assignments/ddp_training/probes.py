@@ -47,6 +47,23 @@ class SlowStateDict(PlainMLP):
         return super().state_dict(*args, **kwargs)
 
 
+class BranchMLP(nn.Module):
+    """A PlainMLP with a residual branch that the forward skips when `use_branch` is False: the
+    branch's parameters get no gradient in those steps."""
+
+    def __init__(self, d_in: int = 4, hidden: int = 8, d_out: int = 1) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.branch = nn.Linear(hidden, hidden)
+        self.fc2 = nn.Linear(hidden, d_out)
+
+    def forward(self, x: torch.Tensor, use_branch: bool = True) -> torch.Tensor:
+        h = torch.tanh(self.fc1(x))
+        if use_branch:
+            h = h + torch.tanh(self.branch(h))
+        return self.fc2(h)
+
+
 class Pairs(Dataset):
     """(x, y) rows of two tensors."""
 
@@ -347,3 +364,33 @@ def amp_steps(mod: Any, model: nn.Module, batches: list, lr: float, max_norm: fl
             break
     return {"losses": losses, "state": _state(model),
             "scale": None if scaler is None else float(scaler.get_scale())}
+
+
+# ----------------------------------------------------------------------------- Part F
+
+
+def unused_ranks(mod: Any, rank: int, world_size: int, port: int, model: nn.Module, lr: float,
+                 pattern: list, batches: list) -> dict:
+    """A gloo group; wrap_with_unused(model); then plain SGD steps on this rank's batches, the
+    branch used or skipped in each step as `pattern` says. Reports the first failure (which step)
+    or the model's state after the last step."""
+    _init_group(rank, world_size, port)
+    report = _attempt(mod.wrap_with_unused, model)
+    if "error" in report:
+        return report
+    wrapped = report.pop("value")
+    report["wrapper"] = type(wrapped).__name__
+    if not isinstance(wrapped, nn.Module):
+        return report
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=lr)
+    for step, (use, (x, y)) in enumerate(zip(pattern, batches, strict=True)):
+        try:
+            optimizer.zero_grad()
+            mse(wrapped(x, use), y).backward()
+            optimizer.step()
+        except Exception as exc:  # noqa: BLE001 - every failure becomes data for the test
+            report["error"] = _error(exc)
+            report["step"] = step
+            return report
+    report["state"] = _state(wrapped)
+    return report

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 MODULE = 'ddp_training'  # the assignment's module name; `autograder release` sets it in check.py
-FUNCTIONS = ('init_from_env', 'train_epochs', 'accumulate_step', 'save_checkpoint', 'load_checkpoint', 'global_mean', 'evaluate_accuracy', 'amp_train_step')  # the functions the grader scores; `autograder release` sets them in check.py
+FUNCTIONS = ('init_from_env', 'train_epochs', 'accumulate_step', 'save_checkpoint', 'load_checkpoint', 'global_mean', 'evaluate_accuracy', 'amp_train_step', 'wrap_with_unused')  # the functions the grader scores; `autograder release` sets them in check.py
 
 ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 SCHEMA_NAME = "answers.schema.json"

@@ -12,6 +12,7 @@ Part B - the loop: epochs with a DistributedSampler, gradient accumulation with 
 Part C - checkpoints: save once for all ranks, resume on every rank.
 Part D - metrics: averages across ranks, an evaluation that counts every sample once.
 Part E - mixed precision: autocast, GradScaler and gradient clipping.
+Part F - unused parameters: a model whose forward skips a branch in some steps.
 
 Run the public tests with `pytest` in the folder that holds this file.
 """
@@ -263,3 +264,24 @@ def amp_train_step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor],
         scaler.step(optimizer)
         scaler.update()
     return float(loss.item())
+
+
+# --------------------------------------------------------------------------- Part F: unused
+
+def wrap_with_unused(model: nn.Module) -> DistributedDataParallel:
+    """Wrap `model` in DistributedDataParallel for training in which some of its parameters
+    take no part in some steps (a branch of its forward that is skipped now and then).
+
+    - Plain DDP waits in every backward pass for a gradient of every parameter; a step in which
+      a branch is skipped leaves that reduction unfinished, and the next forward fails with
+      "Expected to have finished reduction in the prior iteration before starting a new one".
+      Make DDP look for the parameters that got no gradient in each step and count them as
+      ready, so that training goes on and the gradients are still averaged over every rank.
+    - The set of parameters used changes from step to step, so the graph is not static: do not
+      declare it static (DDP then expects the same parameters in every step).
+    - The model stays on its device: on CUDA, `device_ids` is the model's own GPU; on the CPU,
+      no `device_ids`. Call it after the default process group is initialised.
+    """
+    device = next(model.parameters()).device
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)

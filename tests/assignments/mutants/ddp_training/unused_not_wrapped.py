@@ -1,0 +1,287 @@
+# MUTANT: wrap_with_unused: returns the model unwrapped: each rank trains on its own gradients
+# EXPECT_FAIL: wrap_with_unused: training goes on when a branch is skipped
+"""DDP training: what a real DistributedDataParallel job needs beyond the first setup.
+
+Implement every function below. Each docstring is the contract the grader checks, so read it
+closely: the edge cases it names are tested. Most of the grading runs on CPU with the gloo
+backend (several processes on one machine stand in for several GPUs and nodes); the functions
+must behave as documented there.
+
+Part A - launch: a process group from a launcher's (torchrun's) environment, on any node.
+Part B - the loop: epochs with a DistributedSampler, gradient accumulation with no_sync().
+Part C - checkpoints: save once for all ranks, resume on every rank.
+Part D - metrics: averages across ranks, an evaluation that counts every sample once.
+Part E - mixed precision: autocast, GradScaler and gradient clipping.
+Part F - unused parameters: a model whose forward skips a branch in some steps.
+
+Run the public tests with `pytest` in the folder that holds this file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+# The variables torchrun sets in every process it starts.
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _unwrapped(model: nn.Module) -> nn.Module:
+    while isinstance(model, (nn.DataParallel, DistributedDataParallel)):
+        model = model.module
+    return model
+
+
+# --------------------------------------------------------------------------- Part A: launch
+
+def init_from_env(backend: str | None = None) -> torch.device:
+    """Initialise the default process group from torchrun's environment; return this
+    process's device.
+
+    - Reads `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT` from
+      `os.environ`. A missing or non-integer `RANK`, `WORLD_SIZE` or `LOCAL_RANK`, or a missing
+      `MASTER_ADDR` / `MASTER_PORT`, is a `ValueError` whose message names the variable.
+    - `ValueError` unless `WORLD_SIZE >= 1`, `0 <= RANK < WORLD_SIZE` and
+      `0 <= LOCAL_RANK < WORLD_SIZE` (a local rank counts processes on one node only).
+    - The backend is `backend` when given; otherwise `"nccl"` when CUDA has more than
+      `LOCAL_RANK` GPUs, else `"gloo"`.
+    - The group is made with `init_method="env://"` (the variables above say where to meet).
+    - With nccl, this process's GPU is `cuda:LOCAL_RANK` (on a node of several machines,
+      `RANK` counts over every node, so it is not a GPU index): it is made the current CUDA
+      device before the group is initialised, and returned. Otherwise `torch.device("cpu")`.
+    """
+    values = {}
+    for name in LAUNCH_VARIABLES:
+        text = os.environ.get(name)
+        if text is None or not text.strip():
+            raise ValueError(f"environment variable {name} is not set: start this script "
+                             "with torchrun, or set it")
+        if name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            try:
+                values[name] = int(text)
+            except ValueError:
+                raise ValueError(f"environment variable {name} must be an integer, got "
+                                 f"{text!r}") from None
+    rank, world_size, local_rank = values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"]
+    if world_size < 1:
+        raise ValueError(f"WORLD_SIZE must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"RANK must be in [0, WORLD_SIZE={world_size}), got {rank}")
+    if not 0 <= local_rank < world_size:
+        raise ValueError(f"LOCAL_RANK must be in [0, WORLD_SIZE={world_size}), got "
+                         f"{local_rank}")
+    if backend is None:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        backend = "nccl" if gpus > local_rank else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=backend, init_method="env://", rank=rank,
+                            world_size=world_size)
+    return device
+
+
+# --------------------------------------------------------------------------- Part B: the loop
+
+def train_epochs(model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer,
+                 loss_fn: Any, epochs: int, start_epoch: int = 0) -> list[float]:
+    """Train for epochs `start_epoch, ..., epochs - 1`; return each epoch's mean batch loss.
+
+    - Before each epoch, when the loader's sampler has `set_epoch` (a DistributedSampler), call
+      it with the epoch number, so every epoch gets its own shuffle (the same on every rank).
+    - Each batch `(inputs, targets)` is moved to the model's device; then zero the gradients,
+      forward, loss, backward and an optimizer step.
+    - The value for an epoch is the mean of its batches' losses (Python floats), on this rank.
+    """
+    device = next(model.parameters()).device
+    means = []
+    for epoch in range(start_epoch, epochs):
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        losses = []
+        for inputs, targets in loader:
+            inputs, targets = inputs.to(device), targets.to(device)
+            optimizer.zero_grad()
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.item()))
+        means.append(sum(losses) / len(losses) if losses else 0.0)
+    return means
+
+
+def accumulate_step(model: nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+                    optimizer: torch.optim.Optimizer, loss_fn: Any) -> float:
+    """One optimizer step over `k = len(micro_batches)` micro-batches (gradient accumulation).
+
+    - Zero the gradients, then backpropagate each micro-batch's loss divided by `k`, so the
+      gradients add up to those of the mean loss over the k micro-batches, then step once.
+    - Under DistributedDataParallel, gradients are all-reduced only once, on the last
+      micro-batch: the backward passes of the first `k - 1` run inside `model.no_sync()`.
+      A model without `no_sync` (not wrapped) accumulates the same way.
+    - `ValueError` for an empty list. Returns the mean of the k (undivided) losses as a float.
+    """
+    if not micro_batches:
+        raise ValueError("accumulate_step needs at least one micro-batch")
+    k = len(micro_batches)
+    device = next(model.parameters()).device
+    optimizer.zero_grad()
+    total = 0.0
+    for index, (inputs, targets) in enumerate(micro_batches):
+        last = index == k - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") \
+            else model.no_sync()
+        with sync:
+            loss = loss_fn(model(inputs.to(device)), targets.to(device))
+            (loss / k).backward()
+        total += float(loss.item())
+    optimizer.step()
+    return total / k
+
+
+# --------------------------------------------------------------------------- Part C: checkpoints
+
+def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    epoch: int) -> None:
+    """Save a checkpoint once for all ranks.
+
+    - Only rank 0 (of the default process group, or the only process when there is none)
+      writes `path` with `torch.save`: a dict with `"model"` (the state dict of the model
+      unwrapped from any DDP/DataParallel, so its keys have no `module.` prefix),
+      `"optimizer"` (the optimizer's state dict) and `"epoch"` (`epoch`, the number of epochs
+      completed).
+    - With a process group, every rank then waits at `dist.barrier()`, so that when this
+      function returns on any rank the file is complete.
+    """
+    grouped = dist.is_available() and dist.is_initialized()
+    if not grouped or dist.get_rank() == 0:
+        torch.save({"model": _unwrapped(model).state_dict(),
+                    "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+    if grouped:
+        dist.barrier()
+
+
+def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    device: torch.device) -> int:
+    """Resume from a checkpoint written by `save_checkpoint`, on every rank; return its epoch.
+
+    - Read it with `torch.load(path, map_location=device)`: a checkpoint saved from `cuda:0`
+      must land on this rank's `device`, not on the GPU it was saved from.
+    - Load `"model"` into the model unwrapped from any DDP/DataParallel, and `"optimizer"`
+      into `optimizer`; return `"epoch"`, the epoch to start from (`train_epochs`'
+      `start_epoch`, which also sets the sampler's epoch).
+    """
+    checkpoint = torch.load(path, map_location=device)
+    _unwrapped(model).load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return int(checkpoint["epoch"])
+
+
+# --------------------------------------------------------------------------- Part D: metrics
+
+def global_mean(value: float, device: torch.device | None = None) -> float:
+    """The mean of `value` over every rank of the default process group, on every rank.
+
+    Uses `dist.all_reduce` on a float64 tensor on `device` (CPU when None); without an
+    initialised process group, returns `value` itself as a float.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return float(value)
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=device or "cpu")
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return float(tensor.item()) / dist.get_world_size()
+
+
+def evaluate_accuracy(model: nn.Module, dataset: Dataset, batch_size: int) -> float:
+    """Classification accuracy of `model` on the whole `dataset`, computed across all ranks.
+
+    - Each rank evaluates its share, given by `DistributedSampler(dataset, shuffle=False)` over
+      the default group, in batches of `batch_size`, in eval mode and without gradients; a
+      sample `(x, label)` is right when `model(x).argmax(dim=1) == label`.
+    - DistributedSampler pads the shares to equal length with repeated samples; those repeats
+      are not counted: every sample of the dataset counts exactly once.
+    - Counts (not per-rank accuracies) are summed with `all_reduce`; every rank returns the
+      same float. The model's training mode is restored afterwards.
+    """
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = counted = 0
+    position = 0  # this rank's i-th sample is global position rank + i * world_size
+    with torch.no_grad():
+        for inputs, labels in loader:
+            hits = (model(inputs.to(device)).argmax(dim=1) == labels.to(device)).tolist()
+            for hit in hits:
+                if rank + position * world_size < len(dataset):  # not padding
+                    correct += int(hit)
+                    counted += 1
+                position += 1
+    model.train(was_training)
+    totals = torch.tensor([correct, counted], dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return float(totals[0] / totals[1])
+
+
+# --------------------------------------------------------------------------- Part E: precision
+
+def amp_train_step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor],
+                   optimizer: torch.optim.Optimizer, loss_fn: Any, max_norm: float,
+                   scaler: Any = None, dtype: torch.dtype = torch.bfloat16) -> float:
+    """One mixed-precision training step with gradient clipping; returns the loss as a float.
+
+    - Move the batch to the model's device, zero the gradients, and run the forward pass and
+      the loss under `torch.autocast(device_type=<the device's type>, dtype=dtype)`.
+    - Without `scaler`: backward, clip the gradients' total norm to `max_norm` with
+      `torch.nn.utils.clip_grad_norm_`, step.
+    - With a `torch.amp.GradScaler`: backward on `scaler.scale(loss)`, then
+      `scaler.unscale_(optimizer)` *before* clipping (clipping must see the true gradients),
+      then `scaler.step(optimizer)` and `scaler.update()`.
+    """
+    device = next(model.parameters()).device
+    inputs, targets = batch[0].to(device), batch[1].to(device)
+    optimizer.zero_grad()
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    if scaler is None:
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+    return float(loss.item())
+
+
+# --------------------------------------------------------------------------- Part F: unused
+
+def wrap_with_unused(model: nn.Module) -> DistributedDataParallel:
+    """Wrap `model` in DistributedDataParallel for training in which some of its parameters
+    take no part in some steps (a branch of its forward that is skipped now and then).
+
+    - Plain DDP waits in every backward pass for a gradient of every parameter; a step in which
+      a branch is skipped leaves that reduction unfinished, and the next forward fails with
+      "Expected to have finished reduction in the prior iteration before starting a new one".
+      Make DDP look for the parameters that got no gradient in each step and count them as
+      ready, so that training goes on and the gradients are still averaged over every rank.
+    - The set of parameters used changes from step to step, so the graph is not static: do not
+      declare it static (DDP then expects the same parameters in every step).
+    - The model stays on its device: on CUDA, `device_ids` is the model's own GPU; on the CPU,
+      no `device_ids`. Call it after the default process group is initialised.
+    """
+    device = next(model.parameters()).device
+    device_ids = [device.index] if device.type == "cuda" else None
+    return model
