@@ -147,7 +147,10 @@ def make_secrets(base: Path) -> Secrets:
              original / "tests" / "hidden" / "test_toy.py",
              ROOT / "assignments" / "dp_basics" / "questions.yml",
              ROOT / "assignments" / "dp_basics" / "solution" / "dp_basics.py",
-             ROOT / "assignments" / "dp_basics" / "tests" / "hidden")
+             ROOT / "assignments" / "dp_basics" / "tests" / "hidden",
+             ROOT / "assignments" / "ddp_training" / "questions.yml",
+             ROOT / "assignments" / "ddp_training" / "solution" / "ddp_training.py",
+             ROOT / "assignments" / "ddp_training" / "tests" / "hidden")
     return Secrets(canary, copies["toy"] / "grading.yml", copies["toy-short"] / "grading.yml",
                    files)
 
@@ -165,7 +168,8 @@ RELATIVE = ["assignments/toy/tests/hidden/test_toy.py", "assignments/toy/questio
             "questions.yml", "solution/toy.py", "tests/fixtures/toy/grading.yml",
             "tests/fixtures/toy/assignments/toy/questions.yml",
             "tests/fixtures/toy/assignments/toy/tests/hidden/test_toy.py",
-            "assignments/dp_basics/questions.yml", "runner.log", "pytest.ini", "upload/toy.py",
+            "assignments/dp_basics/questions.yml", "assignments/ddp_training/questions.yml",
+            "runner.log", "pytest.ini", "upload/toy.py",
             "upload/answers.yml"]
 
 
