@@ -56,7 +56,8 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
         visibility=config.coding.visibility,
         timings=timings.tests if timings else {},
         timings_calibration=timings.calibration if timings else None,
-        budget_factor=config.budget_factor, budget_floor=config.budget_floor)
+        budget_factor=config.budget_factor, budget_floor=config.budget_floor,
+        tracebacks=bool(os.environ.get("AUTOGRADER_KEEP_WORKDIR")))
     supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout)
     try:
         return supervisor.run()

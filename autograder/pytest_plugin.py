@@ -74,6 +74,9 @@ class Job:
     budget_factor: float = 0.0
     budget_floor: float = 5.0
     machine_calibration: float | None = None  # measured by this grading's first runner
+    # pytest's own tracebacks of failed tests in runner.log (AUTOGRADER_KEEP_WORKDIR): they
+    # parse the source of every frame, about 20 ms a failure; students never see them.
+    tracebacks: bool = False
 
 
 @dataclass
@@ -267,6 +270,11 @@ def _probe_name(fn: Callable) -> str:
     return fn.__name__
 
 
+def _brief_failure(excinfo: pytest.ExceptionInfo) -> str:
+    """What runner.log shows of a failed test when nobody keeps it: one line, no traceback."""
+    return f"{excinfo.typename}: {_head(excinfo.value)[:1000]}"
+
+
 def not_run_message(function: str, first: dict) -> str:
     return (f"not run: {function} did not finish within {seconds_text(first['seconds'])} s in "
             f"an earlier test ({first['test']})")
@@ -405,6 +413,9 @@ class GradingPlugin:
         self.emit({"event": "collected", "tests": [asdict(s) for s in self.specs.values()]})
         skip = set(self.job.skip)
         items[:] = [i for i in items if i.nodeid not in skip]
+        if not self.job.tracebacks:
+            for item in items:
+                item.repr_failure = _brief_failure  # type: ignore[method-assign]
         if self.job.collect_only:
             items.clear()
 

@@ -18,6 +18,7 @@ forks one per request, and the fork enters the submission's cgroup, limits, name
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import queue
@@ -49,6 +50,10 @@ def serve(control_fd: int) -> None:
     torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
     detect()  # cached: forked runners inherit the proven isolation
     budgets.calibration_seconds()  # once per worker: forked runners inherit the machine factor
+    # What is imported now stays: the collector never walks it again in a forked runner or
+    # zygote (fewer pages copied on write, cheaper collections).
+    gc.collect()
+    gc.freeze()
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
