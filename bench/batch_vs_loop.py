@@ -37,7 +37,7 @@ from demo import build_examples  # noqa: E402 - the bundled submissions, as `mak
 
 
 def make_class(folder: Path, copies: int) -> list[Path]:
-    examples = build_examples(folder / "examples")
+    examples = build_examples(folder / "examples", "dp_basics")
     students = []
     for copy in range(copies):
         for example in examples:

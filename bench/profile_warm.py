@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--cprofile", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
-    examples = build_examples(work / "examples")
+    examples = build_examples(work / "examples", "dp_basics")
     assignment = load_assignment("dp_basics")
     warm_up()
     time.sleep(3)  # the server's imports
