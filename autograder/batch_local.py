@@ -55,10 +55,13 @@ class LineReader:
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, jobs: int = 1) -> None:
+        # Sandboxes of `jobs` workers share this machine's (or container's) memory: each one's
+        # cgroup limit is its share (see sandbox.sandbox_memory_bytes).
+        env = {**os.environ, "AUTOGRADER_SANDBOX_SHARE": str(max(1, jobs))}
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-m", "autograder.batch_local"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, env=env)
         self.task: GradeTask | None = None
         self.lines = LineReader()
         self.failure: str | None = None  # why the batch stopped it, if it did
@@ -83,7 +86,7 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
     workers: list[_Worker] = []
 
     def start() -> _Worker:
-        worker = _Worker()
+        worker = _Worker(max(1, min(jobs, len(tasks))))
         workers.append(worker)
         selector.register(worker.process.stdout, selectors.EVENT_READ, worker)
         return worker

@@ -300,7 +300,7 @@ class WarmZygotes:
 
 _PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
               "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUTOGRADER_ISOLATION",
-              "AUTOGRADER_ROOT")
+              "AUTOGRADER_ROOT", "AUTOGRADER_SANDBOX_SHARE")
 
 
 def server_env() -> dict[str, str]:
