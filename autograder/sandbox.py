@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import fcntl
 import json
 import os
 import pickle
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -57,6 +59,11 @@ class SandboxTimeout(SandboxFailure):
     def __init__(self, seconds: float, what: str) -> None:
         self.seconds, self.what = seconds, what
         super().__init__(f"timed out after {seconds_text(seconds)} s during {what}")
+
+
+class ImportHang(SandboxFailure):
+    """The student's module did not finish importing in time: no function is to blame, and no
+    test runs after it (see Sandbox._import_hang)."""
 
 
 def seconds_text(seconds: float) -> str:
@@ -377,7 +384,13 @@ class Zygote:
                 os.close(fd)
         # Only a child of this zygote may be signalled later: a forged pid is refused. (In its
         # own PID namespace the zygote reports namespace pids, which mean nothing out here.)
-        pid = self._host_pid(pid) if pid is not None else None
+        reported, pid = pid, self._host_pid(pid) if pid is not None else None
+        if pid is None and reported is not None and self._ended(reported):
+            # It ended (os._exit at import, say) before it could be looked up: nothing is left
+            # to signal, and its wait status is known. A token that is no host pid stands in.
+            pid = -reported - 1
+            self._ns_pids[pid] = reported
+            return pid, request_w, reply_r
         if pid is None:
             for fd in (request_w, reply_r):
                 os.close(fd)
@@ -387,6 +400,11 @@ class Zygote:
             on_process_start(pid)
         _oom_victim_first(pid)
         return pid, request_w, reply_r
+
+    def _ended(self, reported: int, timeout: float = 2.0) -> bool:
+        """Whether the zygote reports its child `reported` as ended (within `timeout`)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: reported in self._statuses, timeout)
 
     def _host_pid(self, reported: int) -> int | None:
         """The host pid of the zygote's child that the zygote calls `reported`."""
@@ -485,6 +503,8 @@ def kill_if_same(pid: int, started: str | None) -> None:
 
 
 def _kill_group(pid: int) -> None:
+    if pid <= 0:  # never a process group of the host (see Zygote.spawn's ended workers)
+        return
     for kill in (os.killpg, os.kill):
         try:
             kill(pid, signal.SIGKILL)
@@ -502,14 +522,28 @@ class _Process:
                                                               gpus=gpus)
         self._status: int | None = None
         self.expected = "ready"  # the first frame of a serving worker
+        self.gone_before_send = False  # the last request found the pipe's reader gone
         self.sent_at = time.monotonic()
 
     def ended_before_last_send(self) -> bool:
         """Whether the worker was already gone when the last request was sent (it died after
-        its previous reply, e.g. after forging one): that death is not this call's doing."""
+        its previous reply, e.g. after forging one): that death is not this call's doing.
+
+        Decided by the request itself when it can be: still unread in the pipe means the worker
+        never took it (the zygote's report of the death may come after the send); else by when
+        the death was reported."""
+        if self.gone_before_send or self._request_unread():
+            return True
         self._wait(timeout=5)
         ended = self.zygote.exit_times.get(self.zygote._ns_pids.get(self.pid, self.pid))
         return ended is not None and ended < self.sent_at
+
+    def _request_unread(self) -> bool:
+        try:  # FIONREAD on a pipe's write end: the bytes the reader has not taken (Linux)
+            waiting = fcntl.ioctl(self.request_w, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        return int.from_bytes(waiting, sys.byteorder) > 0
 
     def _wait(self, timeout: float) -> int | None:
         if self._status is None:
@@ -521,11 +555,12 @@ class _Process:
         # reply pipe itself can then never be taken for the reply to a later request.
         self.expected = secrets.token_hex(8)
         self.sent_at = time.monotonic()
+        self.gone_before_send = False
         try:
             wire.send(self.request_w, pickle.dumps({**request, "id": self.expected},
                                                    protocol=pickle.HIGHEST_PROTOCOL))
         except BrokenPipeError:
-            pass  # the process is gone; the reply read reports how it ended
+            self.gone_before_send = True  # nobody could read it: the process was already gone
 
     def read(self, timeout: float) -> dict:
         """The reply to the last request, or WireTimeout / WireClosed / WireTooLarge /
@@ -680,11 +715,11 @@ class Sandbox:
                 if self._budget is not None:
                     allowed = max(timeout, min(allowed, self._budget))
                 ready = self._read(process, allowed, "the import of your module")
-            except SandboxTimeout:
+            except SandboxTimeout as exc:
                 # Not retried for every test: one hanging import costs one time limit.
                 self._import_hang = (f"importing your module took longer than "
                                      f"{seconds_text(allowed)} s (the other tests were not run)")
-                raise
+                raise ImportHang(str(exc)) from None
             if ready.get("ready") is not True:
                 self.restart()
                 raise SandboxFailure("the sandbox did not start properly")

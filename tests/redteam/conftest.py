@@ -510,23 +510,26 @@ def assert_sound(graded: Graded, max_score: float, secrets: Secrets,
     validate(graded.report, "report.schema.json", "report.json")
     names = [t["name"] for t in graded.report["tests"]]
     assert sorted(names) == sorted(MC_TESTS + CODING_TESTS), names
-    assert [t["name"] for t in graded.results["tests"]] == names
+    # results.json has no entry for a GPU test left out (one note instead).
+    assert [t["name"] for t in graded.results["tests"]] == [
+        t["name"] for t in graded.report["tests"] if t["status"] != "excluded"]
     for t in graded.report["tests"]:
         if t["status"] != "passed":
             assert t["message"].strip(), f"{t['name']}: no message"
     md, html = graded.texts["report.md"], graded.texts["report.html"]
     for t in graded.report["tests"]:  # readable: every failure's reason is in both reports
-        if t["status"] != "passed" and t["visibility"] == "visible":
+        if t["status"] not in ("passed", "excluded") and t["visibility"] == "visible":
             first = t["message"].strip().splitlines()[0][:80]
             # report.md escapes Markdown in student-influenced text: compare without escapes.
             assert first in md or first in re.sub(r"\\(.)", r"\1", md), (t["name"], first)
             assert first in html or str(escape(first)) in html, (t["name"], first)
     # No inflation: the total is what the honest parts earn at most, and adds up.
-    assert graded.score <= max_score + 1e-3, \
+    # Points are shown in whole hundredths that add up exactly (largest remainder).
+    assert graded.score <= round(max_score, 2) + 0.01 + 1e-9, \
         f"score {graded.score} > {max_score:.4f}: passed {sorted(graded.passed())}"
     assert graded.results["score"] == graded.score
-    assert abs(sum(p["score"] for p in graded.report["parts"]) - graded.score) < 1e-3
-    assert abs(sum(t["score"] for t in graded.report["tests"]) - graded.score) < 1e-3
+    assert abs(sum(p["score"] for p in graded.report["parts"]) - graded.score) < 1e-6
+    assert abs(sum(t["score"] for t in graded.report["tests"]) - graded.score) < 1e-6
     # No leak of any secret, in any output file.
     everything = graded.everything()
     for secret in (secrets.canary, *ORIGINAL_SIGNATURES, *also_secret):

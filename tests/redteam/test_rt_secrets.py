@@ -158,7 +158,7 @@ def test_calibration_without_isolation_the_same_hunter_does_leak(graded, secrets
     assert secrets.canary in graded.message(DIVIDE_ZERO)
     assert secrets.canary in graded.tests[SCALE]["output"]
     # Even then the score is only what the honest part earns.
-    assert graded.score <= legit_max({DIVIDE}) + 1e-3
+    assert graded.score <= round(legit_max({DIVIDE}), 2) + 0.01
 
 
 @pytest.mark.submission("toy_is_a_symlink_to_the_solution")

@@ -264,7 +264,8 @@ def only_trusted_outputs(graded) -> None:
     # (What the student appends to its own output log is its output, shown as such.)
     assert graded.results["output"].startswith("Multiple choice: ")
     assert graded.results["score"] == graded.score  # the trusted total, not 1000
-    assert len(graded.results["tests"]) == len(MC_TESTS) + 7
+    run = [t for t in graded.report["tests"] if t["status"] != "excluded"]  # no GPU: a note
+    assert len(graded.results["tests"]) == len(run) >= len(MC_TESTS) + 6
     assert graded.texts["report.md"].startswith(f"# Toy assignment: {graded.score:g} / ")
 
 
@@ -277,7 +278,9 @@ def test_results_and_reports_cannot_be_written_from_the_sandbox(graded, secrets)
     assert_sound(graded, legit_max(set(HONEST) - {SCALE}), secrets)
     assert graded.passed() >= set(HONEST) - {SCALE}
     only_trusted_outputs(graded)
-    assert sorted(p.name for p in graded.out.iterdir()) == sorted(OUTPUT_NAMES)
+    # The grader's own files only: the four outputs, and the TA's record of sandbox events.
+    assert sorted(p.name for p in graded.out.iterdir()
+                  if p.name != "ta-sandbox-events.json") == sorted(OUTPUT_NAMES)
     # The writes into the out folder's path "succeed" inside the sandbox's private /tmp only;
     # the grader's temporary folder (the sandbox folder's parent) is not writable at all.
     writes = ast.literal_eval(observation(graded, SCALE, "WRITES"))
