@@ -19,6 +19,7 @@ import json
 import os
 import pstats
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -130,6 +131,7 @@ def main() -> int:
         print()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     coding.runner_server.close()
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

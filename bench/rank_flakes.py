@@ -13,6 +13,7 @@ N + 1 jobs on this machine. `pytest_plugin.RANK_HANG_RETRIES` and `rank_retries`
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -109,6 +110,9 @@ def main() -> int:
         run(work / "main", args.runs, outcomes, durations, None, args.ranks)
     finally:
         stop.set()
+        for thread in noise:
+            thread.join(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
     print(f"{args.runs} runs of each scenario, {args.ranks} ranks, {args.parallel} more at once:")
     for name in outcomes:
         times = sorted(durations[name])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,7 @@ def main() -> int:
         for line in failed[:20]:
             print(f"    {line}")
     print("reference at 100% under the quota: " + ("yes" if not failures else "NO"))
+    shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
 
 
