@@ -243,7 +243,8 @@ def test_verify_key_prints_one_line_per_snippet_question(tmp_path: Path) -> None
         + SNIPPET_QUESTION.format(qid="sum_wrong", answer="B", wrong="A", out="12"), "  "))
     config = course / "grading.yml"
     config.write_text(config.read_text().replace("multiple_choice: {points: 2",
-                                                 "multiple_choice: {points: 4"))
+                                                 "multiple_choice: {points: 4")
+                      .replace("total: 10", "total: 12"))
     result = autograder("verify-key", "toy", "--config", str(config))
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
