@@ -218,7 +218,9 @@ def amp_case(scaled: bool):
     rng = drawn()
     torch.manual_seed(rng.randrange(1 << 30))
     model = probes.PlainMLP(d_in=8, hidden=16)
-    batches = [(torch.randn(8, 8), 5 * torch.randn(8, 1)) for _ in range(rng.randint(2, 4))]
+    # Targets of the outputs' scale: with larger ones the loss hides bfloat16's rounding (a
+    # forward without autocast then matched within 1e-4 one time in seven).
+    batches = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(rng.randint(2, 4))]
     init_scale = float(2 ** rng.randint(4, 12)) if scaled else None
     return model, batches, rng.choice([0.05, 0.1]), rng.uniform(0.05, 0.2), init_scale
 
@@ -227,7 +229,9 @@ def check_amp(report, model, batches, lr, max_norm, init_scale) -> None:
     losses, state = expected_amp(model, batches, lr, max_norm, init_scale)
     for step, (got, want) in enumerate(zip(report["losses"], losses, strict=False)):
         error_of(got, f"amp_train_step, step {step}")
-        assert type(got["value"]) is float and abs(got["value"] - want) <= 1e-4 * max(1, want), (
+        # The same operations in the same build give the same bits; bfloat16 moves the loss by
+        # about 1e-3 of itself, float32 noise by far less than 1e-5.
+        assert type(got["value"]) is float and abs(got["value"] - want) <= 1e-5 * max(1, want), (
             f"step {step}: loss {got['value']!r}, expected {want:.5f} (computed under "
             "torch.autocast with bfloat16)")
     assert len(report["losses"]) == len(losses)
