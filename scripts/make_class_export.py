@@ -117,15 +117,18 @@ def hidden_points(assignment: Assignment) -> Points:
         for node in ast.parse(path.read_text()).body:
             if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test")):
                 continue
-            points, gpu = 0.0, False
+            weight, gpu = 1.0, False  # a test's weight: its share of its function's points
             for deco in node.decorator_list:
                 text = ast.unparse(deco)
-                if ".points(" in text:
-                    points = float(ast.literal_eval(deco.args[0]))
-                gpu |= text.endswith("mark.gpu")
+                if ".weight(" in text or ".points(" in text:
+                    weight = float(ast.literal_eval(deco.args[0]))
+                gpu |= "mark.gpu" in text
             name = (ast.get_docstring(node) or "").splitlines()[0]
-            tests[name] = (name.split(":", 1)[0], points, gpu)
+            tests[name] = (name.split(":", 1)[0], weight, gpu)
     functions = dict(assignment.config.functions)
+    weights = {f: sum(w for fn, w, _g in tests.values() if fn == f) for f in functions}
+    tests = {name: (fn, functions[fn] * w / weights[fn] if weights[fn] else 0.0, g)
+             for name, (fn, w, g) in tests.items()}
     per = {f: sum(p for fn, p, _g in tests.values() if fn == f) for f in functions}
     cpu = {f: sum(p for fn, p, g in tests.values() if fn == f and not g) for f in functions}
     gpu_total = sum(p for _f, p, g in tests.values() if g)

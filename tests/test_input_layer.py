@@ -358,4 +358,4 @@ def test_check_py_reports_huge_numbers_and_deep_nesting_to_the_student(tmp_path)
     assert section.problems == ["toy.py cannot be compiled: it is nested too deeply"]
     answers, problem = load_answers_file(write(tmp_path / "answers.yml",
                                                "q: " + "1" * 5000 + "\n"))
-    assert answers == {} and "number too long" in problem
+    assert answers == {} and "number is too long" in problem
