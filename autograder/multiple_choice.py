@@ -113,9 +113,10 @@ def _yaml_error(name: str, exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None) or str(exc)
     if "could not determine a constructor for the tag" in problem:
         tag = problem.split("tag", 1)[1].strip().strip("'").replace("tag:yaml.org,2002:", "!!")
-        return (f"{name}{where}: the YAML tag {tag} is not allowed; answers may only hold "
-                "letters and lists of letters, e.g. dp_chunk_sizes: B")
-    return f"{name} is not valid YAML{where}: {problem}"
+        # The tag is the student's text, of any length: shown as a short label.
+        return (f"{name}{where}: the YAML tag {label(tag, 80)} is not allowed; answers may only "
+                "hold letters and lists of letters, e.g. question_id: B")
+    return f"{name} is not valid YAML{where}: {label(problem, 300)}"
 
 
 def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:
@@ -133,7 +134,7 @@ def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:
         why = {"memory": "needs more memory to read than an answers file ever could",
                "depth": "is nested too deeply to be an answers file",
                "time": "takes too long to read"}.get(exc.reason, f"could not be read ({exc})")
-        return {}, [f"{name} {why}; answers are letters, e.g. dp_chunk_sizes: B"]
+        return {}, [f"{name} {why}; answers are letters, e.g. question_id: B"]
     return (_from_wire(wire) if not errors else {}), errors
 
 
@@ -227,7 +228,7 @@ def _load_answers_here(path: Path) -> tuple[dict[Any, Any], list[str]]:
     if not isinstance(data, dict):
         kind = {list: "a list", str: "a single text value"}.get(type(data), _type_name(data))
         return {}, [f"{name}: the top level must be a mapping from question id to answer "
-                    f"(e.g. dp_chunk_sizes: B), but it is {kind}"]
+                    f"(e.g. question_id: B), but it is {kind}"]
     return data, []
 
 

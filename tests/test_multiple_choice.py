@@ -250,3 +250,11 @@ def test_find_answers_file_prefers_yml_and_warns_about_others(tmp_path: Path) ->
     assert path == tmp_path / "answers.yml"
     assert warnings == ["several answers files found (answers.yml, answers.json); "
                         "graded answers.yml only"]
+
+
+def test_a_long_tag_is_shown_short(bank: QuestionBank, tmp_path: Path) -> None:
+    # Found by the fuzzer: the tag is the student's text, and it was quoted whole (5,000+ chars).
+    path = _write(tmp_path, "answers.yml", "!!python/object:os.system" + "1" * 6000)
+    grade = grade_answers(bank, path)
+    assert all(r.status == "invalid" and len(r.message) < 400 for r in grade.results)
+    assert "the YAML tag !!python/object:os.system1" in grade.results[0].message
