@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from . import paths
-from .inert import inert
+from autograder.project import paths
+from autograder.project.inert import inert
 
 EXIT_CODES = """\b
 Exit status:
@@ -42,14 +42,14 @@ class ProjectChoice:
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
     """The engine's errors that mean "fix the configuration or the sources" (exit 2)."""
-    from .batch import BatchError
-    from .coding import GradingError
-    from .config import ConfigError
-    from .gradebook import GradebookError
-    from .markers import MarkerError
-    from .questions import QuestionBankError
-    from .roster import RosterError
-    from .schemas import SchemaError
+    from autograder.batch.driver import BatchError
+    from autograder.batch.gradebook import GradebookError
+    from autograder.batch.roster import RosterError
+    from autograder.grading.supervisor import GradingError
+    from autograder.project.config import ConfigError
+    from autograder.project.markers import MarkerError
+    from autograder.project.schemas import SchemaError
+    from autograder.questions.bank import QuestionBankError
 
     return (BatchError, ConfigError, GradebookError, GradingError, MarkerError,
             QuestionBankError, RosterError, SchemaError)
@@ -59,7 +59,7 @@ class _Face(click.Group):
     """One error handler for every command: a known error is one line and an exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .release import ReleaseError
+        from autograder.release.build import ReleaseError
 
         try:
             return super().invoke(ctx)
@@ -145,7 +145,7 @@ def main(root: Path | None, config_path: Path | None) -> None:
 def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool,
           project: ProjectChoice) -> None:
     """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html."""
-    from .grade import grade as grade_submission
+    from autograder.grading.grade import grade as grade_submission
 
     assignment = _assignment(assignment)
 
@@ -157,7 +157,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
                        "or leave out --require-gpu to apply grading.yml's gpu_policy", err=True)
             sys.exit(2)
     report = grade_submission(submission, assignment, out, project.config)
-    from .report import points
+    from autograder.grading.report import points
 
     if report.graded_file:
         click.echo(f"graded file: {inert(report.graded_file['file'])} "
@@ -180,8 +180,8 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
     """Check an assignment's sources: config, question bank, hidden tests' names and points."""
     import tempfile
 
-    from .assignment import check_assignment, load_assignment
-    from .coding import collect_hidden_tests
+    from autograder.grading.supervisor import collect_hidden_tests
+    from autograder.project.assignment import check_assignment, load_assignment
 
     assignment = _assignment(assignment, positional)
     problems = check_assignment(assignment, project.config)
@@ -214,7 +214,7 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
 @click.option("--check", is_flag=True, help="Fail if docs/grading.md is out of date.")
 def config_docs(check: bool) -> None:
     """Write docs/grading.md from schemas/grading.schema.json."""
-    from .configdocs import DOCS, render
+    from autograder.project.config_docs import DOCS, render
 
     text = render()
     if check:
@@ -263,8 +263,8 @@ def release(positional: tuple[str, ...], named: tuple[str, ...], check: bool,
             skip_self_check: bool, notebook: str, out: Path | None,
             project: ProjectChoice) -> None:
     """Generate student_templates/ASSIGNMENT/ and dist/ASSIGNMENT-student.zip (default: all)."""
-    from .release import Project, check_templates
-    from .release import release as release_assignment
+    from autograder.release.build import Project, check_templates
+    from autograder.release.build import release as release_assignment
 
     assignments = (*named, *positional)
     chosen = project
@@ -303,8 +303,8 @@ def release(positional: tuple[str, ...], named: tuple[str, ...], check: bool,
 @project_options
 def verify_key(positional: str | None, assignment: str | None, project: ProjectChoice) -> None:
     """Run every snippet question on this machine and compare with the key's expectations."""
-    from .assignment import load_assignment
-    from .release import verify_key as verify
+    from autograder.project.assignment import load_assignment
+    from autograder.release.build import verify_key as verify
 
     bank = load_assignment(_assignment(assignment, positional), project.config).bank
     try:
@@ -329,7 +329,7 @@ def verify_key(positional: str | None, assignment: str | None, project: ProjectC
 @project_options
 def check(folder: Path, module: str | None, no_tests: bool, project: ProjectChoice) -> None:
     """Check a student's FOLDER as check.py does: answers' form (no key), public tests."""
-    from .release import Project, check_student_folder
+    from autograder.release.build import Project, check_student_folder
 
     sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests))
 
@@ -343,7 +343,7 @@ def check(folder: Path, module: str | None, no_tests: bool, project: ProjectChoi
 def gradescope(positional: str | None, assignment: str | None, out: Path | None,
                project: ProjectChoice) -> None:
     """Build the Gradescope autograder zip of an assignment (setup.sh, run_autograder, sources)."""
-    from .gradescope import build_bundle
+    from autograder.gradescope.bundle import build_bundle
 
     path = build_bundle(_assignment(assignment, positional), project.config, out)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
@@ -370,7 +370,7 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
           project: ProjectChoice) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes."""
-    from .batch import batch as run_batch
+    from autograder.batch.driver import batch as run_batch
 
     try:
         summary = run_batch(submissions, _assignment(assignment), out, jobs=jobs,
@@ -398,7 +398,7 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
 def history(who: str, out: Path, since_run: int | None) -> None:
     """A student's grading runs (SID, or a submission key) and what changed between them:
     score, status and the tests whose outcome changed."""
-    from .batch import history as read_history
+    from autograder.batch.driver import history as read_history
 
     found = read_history(out, who, since_run)
     for entry in found:
@@ -427,7 +427,7 @@ def history(who: str, out: Path, since_run: int | None) -> None:
 def new(name: str, source: str | None, title: str | None, project: ProjectChoice) -> None:
     """Write a complete minimal assignment NAME (solution, one question, probes, public and
     hidden tests) and add it to grading.yml; see docs/AUTHORING.md."""
-    from .scaffold import ScaffoldError, new_assignment
+    from autograder.release.scaffold import ScaffoldError, new_assignment
 
     try:
         written = new_assignment(name, project.config, source, title)

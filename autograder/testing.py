@@ -9,8 +9,8 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .sandbox import SandboxFailure, StudentError
-from .sandbox_runtime.codec import ModuleSnapshot, remote_device, remote_identity
+from autograder.sandbox.client import SandboxFailure, StudentError
+from autograder.sandbox_runtime.codec import ModuleSnapshot, remote_device, remote_identity
 
 __all__ = [
     "ModuleSnapshot", "SandboxFailure", "StudentError", "drawn", "excerpt", "raises_student",
@@ -33,7 +33,7 @@ def drawn() -> random.Random:
 def excerpt(text: object, limit: int = 200) -> str:
     """At most `limit` characters of `text` for an assertion message, cut at a word boundary
     with an ellipsis (use it instead of `message[:200]`, which cuts mid-word)."""
-    from .inert import clip
+    from autograder.project.inert import clip
 
     return clip(str(text), limit)
 

@@ -17,8 +17,8 @@ BIN = Path(sys.executable).parent
 def reference_submission(folder: Path) -> Path:
     """The reference solution (markers removed) with the full key, as a submission folder."""
     sys.path.insert(0, str(ROOT))
-    from autograder.assignment import load_assignment
-    from autograder.markers import reference
+    from autograder.project.assignment import load_assignment
+    from autograder.project.markers import reference
 
     assignment = load_assignment("dp_basics")
     folder.mkdir(parents=True, exist_ok=True)

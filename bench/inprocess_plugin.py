@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from autograder.pytest_plugin import MARKERS
-from autograder.sandbox import StudentError, free_port
+from autograder.grading.pytest_plugin import MARKERS
+from autograder.sandbox.client import StudentError, free_port
 from autograder.sandbox_runtime import codec
 from bench._ranks import run_rank
 

@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from demo import build_examples  # noqa: E402
 
-from autograder import coding  # noqa: E402
-from autograder.assignment import load_assignment  # noqa: E402
-from autograder.batch_worker import warm_up  # noqa: E402
-from autograder.grade import grade_loaded  # noqa: E402
+from autograder.batch.worker import warm_up  # noqa: E402
+from autograder.grading import supervisor as coding  # noqa: E402
+from autograder.grading.grade import grade_loaded  # noqa: E402
+from autograder.project.assignment import load_assignment  # noqa: E402
 
 HIDDEN = ROOT / "assignments" / "dp_basics" / "tests" / "hidden"
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from common import ROOT
 
 sys.path.insert(0, str(ROOT))
-from autograder.assignment import load_assignment  # noqa: E402
-from autograder.markers import reference  # noqa: E402
-from autograder.sandbox import (  # noqa: E402
+from autograder.project.assignment import load_assignment  # noqa: E402
+from autograder.project.markers import reference  # noqa: E402
+from autograder.sandbox.client import (  # noqa: E402
     Sandbox,
     SandboxFailure,
     SandboxLimits,
@@ -71,7 +71,7 @@ def run(folder: Path, runs: int, outcomes: dict, durations: dict, stop: threadin
                 if stop is not None and stop.is_set():
                     return
                 if name == "cleanup_ddp":
-                    from autograder.sandbox import free_port
+                    from autograder.sandbox.client import free_port
                     args = (free_port(),)
                 ranks = (per_rank * world_size)[:world_size]
                 started = time.perf_counter()

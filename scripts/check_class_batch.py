@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autograder.batch_records import report_folder  # noqa: E402
-from autograder.gradebook import Gradebook  # noqa: E402
+from autograder.batch.gradebook import Gradebook  # noqa: E402
+from autograder.batch.records import report_folder  # noqa: E402
 
 TOLERANCE = 0.011  # scores are written with 4 decimals; expectations with 2
 

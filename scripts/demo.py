@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from autograder.assignment import load_assignment
-from autograder.batch import batch
-from autograder.grade import grade_loaded
-from autograder.markers import reference, strip_solutions
+from autograder.batch.driver import batch
+from autograder.grading.grade import grade_loaded
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "demo-out"

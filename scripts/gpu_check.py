@@ -31,7 +31,7 @@ ASSIGNMENT = "dp_basics"
 DRY = os.environ.get("GPU_CHECK_DRY") == "1"
 PY = sys.executable
 PARTS = ("environment", "verify_key", "grading", "mutants", "batch", "memory")
-GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.pytest_plugin's fallback
+GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytest_plugin's fallback
 
 # One mutant per GPU test: (mutant, GPU test (display-name prefix), words its message must hold,
 # whether one GPU can tell it from the reference). Files from tests/assignments/mutants (their
@@ -73,7 +73,7 @@ def gpu_count() -> int:
 
 def gpu_tests() -> list[dict]:
     """Hidden tests marked @pytest.mark.gpu: display name and how many GPUs each needs."""
-    from autograder.assignment import load_assignment
+    from autograder.project.assignment import load_assignment
 
     tests = []
     for path in sorted(load_assignment(ASSIGNMENT).hidden_tests.glob("test_*.py")):
@@ -119,16 +119,16 @@ def submission(folder: Path, module: str, answers: dict | None = None) -> Path:
 
 
 def sources() -> dict[str, str]:
-    from autograder.assignment import load_assignment
-    from autograder.markers import reference, strip_solutions
+    from autograder.project.assignment import load_assignment
+    from autograder.project.markers import reference, strip_solutions
 
     text = load_assignment(ASSIGNMENT).solution.read_text()
     return {"reference": reference(text), "blank": strip_solutions(text)}
 
 
 def key() -> dict:
-    from autograder.assignment import load_assignment
-    from autograder.release import key_answers
+    from autograder.project.assignment import load_assignment
+    from autograder.release.build import key_answers
 
     return key_answers(load_assignment(ASSIGNMENT).bank)
 
@@ -171,7 +171,7 @@ def part_environment(work: Path) -> dict:
         info["nvidia_smi"] = (smi.stdout or smi.stderr).strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         info["nvidia_smi"] = f"not available: {exc}"
-    from autograder.isolation import detect
+    from autograder.sandbox.isolation import detect
 
     isolation = detect()
     info["isolation"] = {"mode": isolation.mode, "protections": isolation.protections}
@@ -364,13 +364,13 @@ class CudaWatch(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.2):
             for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit() or "autograder.runner_server" not in self._cmdline(
-                        entry.name):
+                runner = "autograder.grading.warm_runner"
+                if not entry.name.isdigit() or runner not in self._cmdline(entry.name):
                     continue
                 pid = int(entry.name)
                 try:
                     ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                    server = "autograder.batch_local" in self._cmdline(ppid)
+                    server = "autograder.batch.local_workers" in self._cmdline(ppid)
                     signs = self._cuda(pid)
                 except (OSError, ValueError, IndexError):
                     self.unreadable.add(pid)
@@ -385,7 +385,7 @@ class CudaWatch(threading.Thread):
 
 
 def part_batch(work: Path) -> dict:
-    from autograder.assignment import load_assignment
+    from autograder.project.assignment import load_assignment
 
     texts = sources()
     partial = load_assignment(ASSIGNMENT).root / "examples" / "partial" / "dp_basics.py"
@@ -486,7 +486,7 @@ def data_parallel_chunk_sizes(batch_size, num_devices):
 
 
 def part_memory(work: Path) -> dict:
-    from autograder.assignment import load_assignment
+    from autograder.project.assignment import load_assignment
 
     limit = load_assignment(ASSIGNMENT).config.limits.memory_bytes >> 20
     cap = limit + 1024  # bounded: a hog that is not stopped takes this much and no more

@@ -33,7 +33,7 @@ Categories (a deterministic mix for --seed; every variant appears once when --co
 
 A few submissions are group submissions (2-3 submitters) and some are late (created_at after
 grading.yml's due date: within the grace period, 1, 2, 3 and more days), priced with
-autograder.late and grading.yml's late policy.
+autograder.grading.late and grading.yml's late policy.
 
 Coding ranges cover a CPU grader (GPU tests left out, the others scaled up: gpu_policy
 reweight) and a GPU grader that runs every test.
@@ -56,13 +56,18 @@ from pathlib import Path
 
 import yaml
 
-from autograder.assignment import Assignment, load_assignment
-from autograder.late import late_status, parse_timestamp
-from autograder.markers import reference, strip_solutions
-from autograder.multiple_choice import grade_answers
-from autograder.notebook import SCHEMA_VERSION, NotebookError, extract_module, template_cells
-from autograder.roster import discover
-from autograder.submission import locate
+from autograder.batch.roster import discover
+from autograder.grading.late import late_status, parse_timestamp
+from autograder.grading.notebook import (
+    SCHEMA_VERSION,
+    NotebookError,
+    extract_module,
+    template_cells,
+)
+from autograder.grading.submission import locate
+from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.markers import reference, strip_solutions
+from autograder.questions.answers import grade_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "dp_basics"

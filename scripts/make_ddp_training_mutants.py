@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from autograder.markers import reference
+from autograder.project.markers import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "assignments" / "ddp_training" / "solution" / "ddp_training.py"

@@ -26,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-from autograder.markers import reference
+from autograder.project.markers import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "assignments" / "dp_basics" / "solution" / "dp_basics.py"

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autograder.assignment import load_assignment  # noqa: E402
-from autograder.release import _grade_reference, write_timings  # noqa: E402
+from autograder.project.assignment import load_assignment  # noqa: E402
+from autograder.release.build import _grade_reference, write_timings  # noqa: E402
 
 
 def main() -> int:

@@ -25,9 +25,9 @@ import time
 import traceback
 from pathlib import Path
 
-from autograder.assignment import Assignment, load_assignment
-from autograder.grade import grade_loaded
-from autograder.markers import reference
+from autograder.grading.grade import grade_loaded
+from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.markers import reference
 
 
 def run_once(submission: Path, assignment: Assignment, out: Path) -> str | None:

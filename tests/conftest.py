@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Sandbox, SandboxLimits, prepare_sandbox_dir
+from autograder.sandbox.client import Sandbox, SandboxLimits, prepare_sandbox_dir
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.assignment import load_assignment
-from autograder.multiple_choice import INVALID, grade_answers
-from autograder.questions import render_answers_schema
-from autograder.student_check import check_answers
+from autograder.project.assignment import load_assignment
+from autograder.questions.answers import INVALID, grade_answers
+from autograder.questions.bank import render_answers_schema
+from autograder.student_files.check import check_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch import BatchError, batch
-from autograder.gradebook import Gradebook
+from autograder.batch.driver import BatchError, batch
+from autograder.batch.gradebook import Gradebook
 
 TOY = Path(__file__).parent / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
@@ -148,7 +148,7 @@ def test_summaries_add_up_to_the_roster(graded_class, tmp_path, capsys):
 
 
 def test_history_of_a_student(graded_class, tmp_path):
-    from autograder.batch import history
+    from autograder.batch.driver import history
 
     submissions, first_out = graded_class
     out = tmp_path / "out"
@@ -302,7 +302,7 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     """Batch workers fork runners and sandbox zygotes from warm servers; what a submission can
     see from inside must not change: no grader environment, no hidden tests in memory or on
     disk, no grader processes."""
-    from autograder.grade import grade
+    from autograder.grading.grade import grade
 
     canary = "CANARY-" + os.urandom(8).hex()
     monkeypatch.setenv("AUTOGRADER_TEST_SECRET", canary)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder import batch_ray
-from autograder.assignment import load_assignment
-from autograder.batch_ray import gpus_per_task, run_ray
-from autograder.batch_records import GradeOutcome, GradeTask, LateStatus
-from autograder.grade import grade_loaded
+from autograder.batch import ray_workers as batch_ray
+from autograder.batch.ray_workers import gpus_per_task, run_ray
+from autograder.batch.records import GradeOutcome, GradeTask, LateStatus
+from autograder.grading.grade import grade_loaded
+from autograder.project.assignment import load_assignment
 
 ray = pytest.importorskip("ray")
 

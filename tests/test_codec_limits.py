@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from autograder.sandbox import StudentError
+from autograder.sandbox.client import StudentError
 from autograder.sandbox_runtime.codec import MAX_ITEMS, CodecError, decode, encode, loads
 
 

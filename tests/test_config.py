@@ -2,8 +2,8 @@
 
 import pytest
 
-from autograder.config import ConfigError, load_config
-from autograder.paths import GRADING_CONFIG
+from autograder.project.config import ConfigError, load_config
+from autograder.project.paths import GRADING_CONFIG
 
 
 def write(tmp_path, text):

@@ -1,6 +1,6 @@
 """The grading.yml reference is generated from its schema and kept in sync."""
 
-from autograder.configdocs import DOCS, render
+from autograder.project.config_docs import DOCS, render
 
 
 def test_docs_match_the_schema():

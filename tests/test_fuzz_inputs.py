@@ -21,13 +21,13 @@ from hostile_inputs import ESCAPES, RAW_CONTROLS, encrypted, notebook_json, solu
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder.assignment import load_assignment
-from autograder.grade import _question_result, _submission_files
-from autograder.multiple_choice import grade_answers
-from autograder.notebook import NotebookError, extract_module
-from autograder.report import MAX_FILE_BYTES, write_outputs
-from autograder.results import build_report
-from autograder.schemas import validate
+from autograder.grading.grade import _question_result, _submission_files
+from autograder.grading.notebook import NotebookError, extract_module
+from autograder.grading.report import MAX_FILE_BYTES, write_outputs
+from autograder.grading.results import build_report
+from autograder.project.assignment import load_assignment
+from autograder.project.schemas import validate
+from autograder.questions.answers import grade_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"

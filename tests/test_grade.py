@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import grade
-from autograder.schemas import validate
+from autograder.grading.grade import grade
+from autograder.project.schemas import validate
 
 TOY = Path(__file__).parent / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
@@ -192,7 +192,7 @@ def test_pending_gpu_policy_scores_gpu_tests_zero_until_a_regrade(tmp_path):
 
 
 def test_grading_uses_the_strongest_isolation_this_machine_supports(tmp_path):
-    from autograder.isolation import detect
+    from autograder.sandbox.isolation import detect
 
     report, _, _ = run(tmp_path, submit(tmp_path))
     assert report.environment["isolation"] == detect().mode

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch_records import ClassSubmission, GradeOutcome, Submitter
-from autograder.gradebook import _SCHEMA, SCHEMA_VERSION, Gradebook, GradebookError
-from autograder.submission_status import SubmissionStatus
+from autograder.batch.gradebook import _SCHEMA, SCHEMA_VERSION, Gradebook, GradebookError
+from autograder.batch.records import ClassSubmission, GradeOutcome, Submitter
+from autograder.grading.submission_status import SubmissionStatus
 
 SYNTAX = "your module could not be imported: SyntaxError: expected ':' (toy.py, line 1)"
 

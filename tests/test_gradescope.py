@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.assignment import load_assignment
-from autograder.gradescope import build_bundle, bundle_path, fallback_results
-from autograder.markers import reference, strip_solutions
-from autograder.paths import GRADING_CONFIG
-from autograder.release import Project, answers_template, key_answers
-from autograder.schemas import validate
+from autograder.gradescope.bundle import build_bundle, bundle_path, fallback_results
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference, strip_solutions
+from autograder.project.paths import GRADING_CONFIG
+from autograder.project.schemas import validate
+from autograder.release.build import Project, answers_template, key_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = load_assignment("dp_basics")
@@ -100,7 +100,8 @@ def test_bundle_layout(bundle: Path) -> None:
         requirements = archive.read("requirements.txt").decode().splitlines()
     for name in ("setup.sh", "run_autograder"):  # at the zip's root, executable
         assert name in names and modes[name] & stat.S_IXUSR
-    for name in ("grading.yml", "pyproject.toml", "autograder/grade.py", "autograder/cli.py",
+    for name in ("grading.yml", "pyproject.toml", "autograder/grading/grade.py",
+                 "autograder/cli.py",
                  "schemas/gradescope_results.schema.json", "assignments/dp_basics/questions.yml",
                  "assignments/dp_basics/probes.py",
                  "assignments/dp_basics/tests/hidden/test_part_a_data_parallel.py"):

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from toy_class import FORMULA_NAME, HOSTILE_NAME, LATE_PENALTY, toy_class
 
-from autograder.batch_records import ClassSubmission, GradedSubmission, Submitter
-from autograder.gradesheet import (
+from autograder.batch.gradesheet import (
     GRADESCOPE_COLUMNS,
     number,
     safe_text,
     write_grades_csv,
     write_gradescope_scores_csv,
 )
+from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter
 
 
 @pytest.fixture(scope="module")

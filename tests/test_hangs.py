@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import budgets
-from autograder.grade import grade
-from autograder.sandbox import SandboxFailure, SandboxTimeout
+from autograder.grading.grade import grade
+from autograder.project import budgets
+from autograder.sandbox.client import SandboxFailure, SandboxTimeout
 
 TOY = Path(__file__).parent / "fixtures" / "toy"
 ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
@@ -267,7 +267,7 @@ def divide(a, b):
 def test_warm_batch_sandboxes_grade_as_cold_ones(tmp_path):
     """A batch's warm zygotes import nothing from the grader's package after the fork, and
     probes find the runtime under the name a cold sandbox gives it (simulated GPUs included)."""
-    from autograder.batch import batch
+    from autograder.batch.driver import batch
 
     config = course(tmp_path)
     folder = tmp_path / "class" / "alice"

@@ -24,20 +24,20 @@ from hostile_inputs import (
     zip_bytes,
 )
 
-from autograder.archives import ArchiveError, extract_zip
-from autograder.assignment import load_assignment
-from autograder.batch_local import LineReader, LineTooLong
-from autograder.batch_records import ClassSubmission, GradeOutcome
-from autograder.grade import _submission_files
-from autograder.gradebook import MAX_REPORT_CHARS, Gradebook
-from autograder.inert import bounded, inert, label
-from autograder.multiple_choice import grade_answers, load_answers
-from autograder.notebook import NotebookError, extract_module
-from autograder.report import MAX_FILE_BYTES, write_outputs
-from autograder.results import TestResult as Result
-from autograder.results import build_report
-from autograder.schemas import validate
-from autograder.untrusted_parse import ChildFailed, Limits, run_limited
+from autograder.batch.gradebook import MAX_REPORT_CHARS, Gradebook
+from autograder.batch.local_workers import LineReader, LineTooLong
+from autograder.batch.records import ClassSubmission, GradeOutcome
+from autograder.grading.archives import ArchiveError, extract_zip
+from autograder.grading.grade import _submission_files
+from autograder.grading.notebook import NotebookError, extract_module
+from autograder.grading.report import MAX_FILE_BYTES, write_outputs
+from autograder.grading.results import TestResult as Result
+from autograder.grading.results import build_report
+from autograder.project.assignment import load_assignment
+from autograder.project.inert import bounded, inert, label
+from autograder.project.schemas import validate
+from autograder.questions.answers import grade_answers, load_answers
+from autograder.sandbox.untrusted_parse import ChildFailed, Limits, run_limited
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"
@@ -350,8 +350,9 @@ def _state(pid: int) -> str:
 
 
 def test_check_py_reports_huge_numbers_and_deep_nesting_to_the_student(tmp_path):
-    # The students' own check.py (autograder/student_check.py, self-contained) on the same inputs.
-    from autograder.student_check import check_module, load_answers_file
+    # The students' own check.py (autograder/student_files/check.py, self-contained) on the same
+    # inputs.
+    from autograder.student_files.check import check_module, load_answers_file
 
     write(tmp_path / "toy.py", "f = " + "lambda: " * 5000 + "0\n")
     section = check_module(tmp_path, "toy")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.isolation import Isolation, prepare_folder, sandbox_ids, wrap
-from autograder.sandbox import sandbox_env
+from autograder.sandbox.client import sandbox_env
+from autograder.sandbox.isolation import Isolation, prepare_folder, sandbox_ids, wrap
 
 ESCAPES = textwrap.dedent('''
     import json, os, sys
@@ -116,7 +116,7 @@ def test_the_view_is_read_only_all_the_way_down_with_a_private_dev(tmp_path, iso
 def test_seccomp_refuses_ptrace_and_mount_but_not_ordinary_calls():
     script = textwrap.dedent('''
         import ctypes, errno, os, subprocess
-        from autograder.isolation_launcher import PR_SET_NO_NEW_PRIVS, install_seccomp, libc
+        from autograder.sandbox.launcher import PR_SET_NO_NEW_PRIVS, install_seccomp, libc
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         assert install_seccomp()
         results = {}
@@ -145,7 +145,7 @@ def test_seccomp_refuses_ptrace_and_mount_but_not_ordinary_calls():
 
 
 def test_kill_uid_kills_every_process_of_a_sandbox_uid_even_detached_ones():
-    from autograder.coding import kill_uid
+    from autograder.grading.supervisor import kill_uid
 
     if os.geteuid() != 0:
         pytest.skip("needs root")

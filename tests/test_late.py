@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from autograder.batch_records import LateStatus
-from autograder.config import ConfigError, load_config
-from autograder.late import LatePolicy, late_status, parse_timestamp
-from autograder.paths import GRADING_CONFIG
+from autograder.batch.records import LateStatus
+from autograder.grading.late import LatePolicy, late_status, parse_timestamp
+from autograder.project.config import ConfigError, load_config
+from autograder.project.paths import GRADING_CONFIG
 
 DUE = "2026-12-14T23:59:00-05:00"
 DUE_UTC = datetime(2026, 12, 15, 4, 59, tzinfo=timezone.utc)

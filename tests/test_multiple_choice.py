@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.multiple_choice import (
+from autograder.questions.answers import (
     MAX_ANSWERS_BYTES,
     NO_FILE_MESSAGE,
     MultipleChoiceGrade,
@@ -16,7 +16,7 @@ from autograder.multiple_choice import (
     grade_answers,
     load_answers,
 )
-from autograder.questions import QuestionBank, load_bank
+from autograder.questions.bank import QuestionBank, load_bank
 
 
 @pytest.fixture(scope="module")

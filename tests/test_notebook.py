@@ -17,12 +17,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.assignment import load_assignment
-from autograder.grade import _submission_files, grade_loaded
-from autograder.markers import reference, strip_solutions
-from autograder.notebook import NotebookError, extract_module, template_notebook
-from autograder.release import notebook_instructions
-from autograder.student_check import EDITED, UNTOUCHED, module_state
+from autograder.grading.grade import _submission_files, grade_loaded
+from autograder.grading.notebook import NotebookError, extract_module, template_notebook
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference, strip_solutions
+from autograder.release.build import notebook_instructions
+from autograder.student_files.check import EDITED, UNTOUCHED, module_state
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = load_assignment("dp_basics")
@@ -225,7 +225,7 @@ def test_magics_are_commented_out_and_strings_left_alone(tmp_path: Path) -> None
 
 
 def test_extract_module_refuses_huge_notebooks(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("autograder.notebook.MAX_NOTEBOOK_BYTES", 10)
+    monkeypatch.setattr("autograder.grading.notebook.MAX_NOTEBOOK_BYTES", 10)
     with pytest.raises(NotebookError, match="larger than"):
         extract_module(write(tmp_path, "dp_basics.ipynb", notebook()), MODULE)
 

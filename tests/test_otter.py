@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.assignment import load_assignment
-from autograder.markers import reference, strip_solutions
-from autograder.notebook import extract_module, template_cells
-from autograder.otter import (
+from autograder.grading.notebook import extract_module, template_cells
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference, strip_solutions
+from autograder.release.build import Project, key_answers, student_files, write_otter_folder
+from autograder.release.otter import (
     MULTIPLE_CHOICE,
     OtterError,
     _definition,
@@ -33,8 +34,7 @@ from autograder.otter import (
     otter_solution,
     public_tests_by_function,
 )
-from autograder.otter_checks import answers_yaml
-from autograder.release import Project, key_answers, student_files, write_otter_folder
+from autograder.student_files.otter_checks import answers_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = load_assignment("dp_basics")

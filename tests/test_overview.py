@@ -27,10 +27,10 @@ from urllib.parse import unquote, urlparse
 import pytest
 from toy_class import CONFIG, FORMULA_NAME, HOSTILE_ERROR, HOSTILE_NAME, toy_class
 
-from autograder.assignment import load_assignment
-from autograder.batch_records import ClassSubmission, GradedSubmission, Submitter
-from autograder.overview import duration, normalise, report_link, shade, write_overview
-from autograder.submission_status import SubmissionStatus
+from autograder.batch.overview import duration, normalise, report_link, shade, write_overview
+from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter
+from autograder.grading.submission_status import SubmissionStatus
+from autograder.project.assignment import load_assignment
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -397,7 +397,8 @@ def test_durations():
 
 
 def test_report_links_stay_inside_reports(tmp_path):
-    # The folder is the one autograder.batch writes: report_folder(sid), path characters replaced.
+    # The folder is the one autograder.batch.driver writes: report_folder(sid), path characters
+    # replaced.
     (tmp_path / "reports" / "s_1").mkdir(parents=True)
     (tmp_path / "reports" / "s_1" / "report.html").write_text("x")
     assert report_link(tmp_path, "s 1") == "reports/s_1/report.html"

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from autograder.questions import (
+from autograder.questions.bank import (
     ANSWERS_SCHEMA_PATH,
     QUESTIONS_SCHEMA_PATH,
     QuestionBankError,
@@ -27,7 +27,7 @@ from autograder.questions import (
     load_bank,
     render_answers_schema,
 )
-from autograder.snippets import ENVIRONMENTS
+from autograder.questions.snippets import ENVIRONMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def test_schemas_are_valid_json_schemas() -> None:
 def test_committed_answers_schema_is_in_sync_with_the_bank() -> None:
     committed = ANSWERS_SCHEMA_PATH.read_text(encoding="utf-8")
     assert committed == render_answers_schema(load_bank()), \
-        "schemas/answers.schema.json is stale: run python -m autograder.questions"
+        "schemas/answers.schema.json is stale: run python -m autograder.questions.bank"
 
 
 def test_the_key_is_a_valid_answers_file() -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.assignment import load_assignment
-from autograder.markers import strip_solutions
-from autograder.release import (
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import strip_solutions
+from autograder.release.build import (
     STUDENT_REQUIREMENTS,
     Project,
     answers_template,

@@ -8,14 +8,14 @@ import json
 import re
 from datetime import datetime, timezone
 
-from autograder.batch_records import LateStatus
-from autograder.config import load_config
-from autograder.inert import clip
-from autograder.paths import GRADING_CONFIG
-from autograder.report import _part_views, gradescope_results, points, write_outputs
-from autograder.results import CodingOutcome, apply_late, build_report, coding_results
-from autograder.results import TestResult as Result  # not a pytest class
-from autograder.schemas import validate
+from autograder.batch.records import LateStatus
+from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
+from autograder.grading.results import CodingOutcome, apply_late, build_report, coding_results
+from autograder.grading.results import TestResult as Result  # not a pytest class
+from autograder.project.config import load_config
+from autograder.project.inert import clip
+from autograder.project.paths import GRADING_CONFIG
+from autograder.project.schemas import validate
 
 CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
 STUB = "{0} raised NotImplementedError: {0} is not implemented yet (line 50 in {0})"

@@ -6,17 +6,17 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from autograder.batch_records import LateStatus
-from autograder.config import load_config
-from autograder.paths import GRADING_CONFIG
-from autograder.results import (
+from autograder.batch.records import LateStatus
+from autograder.grading.results import (
     CodingOutcome,
     _apportion,
     apply_late,
     build_report,
     coding_results,
 )
-from autograder.results import TestResult as Result  # not a pytest class
+from autograder.grading.results import TestResult as Result  # not a pytest class
+from autograder.project.config import load_config
+from autograder.project.paths import GRADING_CONFIG
 
 CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch_records import Submitter
-from autograder.roster import METADATA, RosterError, discover, load_metadata
+from autograder.batch.records import Submitter
+from autograder.batch.roster import METADATA, RosterError, discover, load_metadata
 
 # The shape of a real export's metadata (Ruby symbols as keys, quoted SIDs, a group, a
 # history entry, autograder results, a Ruby tag on one of them).

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.pytest_plugin import MESSAGE_CHARS, describe_failure
-from autograder.sandbox import SandboxFailure
+from autograder.grading.pytest_plugin import MESSAGE_CHARS, describe_failure
+from autograder.sandbox.client import SandboxFailure
 
 
 def test_the_runner_runs_under_a_memory_limit_and_memory_errors_are_the_students():
@@ -18,8 +18,8 @@ def test_the_runner_runs_under_a_memory_limit_and_memory_errors_are_the_students
         pytest.skip("on a GPU grader the runner has no address-space limit (CUDA)")
     script = textwrap.dedent("""
         import pytest
-        from autograder.runner import MEMORY_HEADROOM, limit_memory
-        from autograder.pytest_plugin import describe_failure
+        from autograder.grading.runner import MEMORY_HEADROOM, limit_memory
+        from autograder.grading.pytest_plugin import describe_failure
         assert limit_memory() is not None
         try:
             hog = bytearray(MEMORY_HEADROOM + (1 << 30))

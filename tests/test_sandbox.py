@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from autograder.sandbox import SandboxFailure, StudentError
+from autograder.sandbox.client import SandboxFailure, StudentError
 
 STUDENT = """
 import os, signal, sys, time

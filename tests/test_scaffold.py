@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.scaffold import ScaffoldError, append_entry
+from autograder.release.scaffold import ScaffoldError, append_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADER = Path(sys.executable).parent / "autograder"
@@ -97,7 +97,7 @@ def test_new_validate_release_in_a_copy(tmp_path: Path) -> None:
     blank = pytest_here()
     assert blank.returncode == 1 and "NotImplementedError" in blank.stdout, blank.stdout
     assert "ModuleNotFoundError" not in blank.stdout
-    from autograder.markers import reference
+    from autograder.project.markers import reference
 
     solution = root / "assignments" / "quiz" / "solution" / "quiz.py"
     (folder / "quiz.py").write_text(reference(solution.read_text()))

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder import student_check
-from autograder.assignment import load_assignment
-from autograder.markers import reference
-from autograder.multiple_choice import INVALID, grade_answers
-from autograder.release import Project, key_answers, student_files, write_zip
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference
+from autograder.questions.answers import INVALID, grade_answers
+from autograder.release.build import Project, key_answers, student_files, write_zip
+from autograder.student_files import check as student_check
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = load_assignment("dp_basics")

@@ -2,7 +2,7 @@
 
 import os
 
-from autograder.submission import locate
+from autograder.grading.submission import locate
 
 
 def make(tmp_path, *names):

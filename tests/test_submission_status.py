@@ -1,4 +1,4 @@
-"""The status of a submission (autograder.submission_status): derived from the report, the
+"""The status of a submission (autograder.grading.submission_status): derived from the report, the
 grader's failure and the sandbox's event log; flags can be added by student code, never
 cleared, and the event log is read from the grader's side as untrusted data."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from autograder.submission_status import (
+from autograder.grading.submission_status import (
     EVENT_MARK,
     TA_EVENTS_FILE,
     SubmissionStatus,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.assignment import Assignment, load_assignment
-from autograder.batch_records import ClassSubmission, GradedSubmission, LateStatus, Submitter
-from autograder.grade import grade
+from autograder.batch.records import ClassSubmission, GradedSubmission, LateStatus, Submitter
+from autograder.grading.grade import grade
+from autograder.project.assignment import Assignment, load_assignment
 
 TOY = Path(__file__).parent / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"

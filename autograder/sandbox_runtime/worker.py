@@ -1,6 +1,7 @@
 """The sandbox worker: imports the student's module and runs calls and probes on request.
 
-Started by `autograder.sandbox` as `python -I -S -B -c <boot>` with only the sandbox folder and
+Started by `autograder.sandbox.client` as `python -I -S -B -c <boot>` with only the sandbox folder
+and
 site-packages on sys.path. Requests arrive pickled (trusted objects); replies leave as JSON made by
 `codec.encode`. Everything here is untrusted territory: student code can change any of it, which
 only ever changes what this one sandbox replies.
@@ -20,7 +21,7 @@ from typing import Any
 
 from . import codec, wire
 
-# Lines the trusted side picks out of the zygote's log (see autograder.submission_status).
+# Lines the trusted side picks out of the zygote's log (see autograder.grading.submission_status).
 EVENT_MARK = "autograder-sandbox-event "
 MAX_EVENTS = 50  # per process: a loop of refused calls must not fill the log
 

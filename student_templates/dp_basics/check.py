@@ -158,7 +158,8 @@ def check_code(folder: Path, module: str, functions: list[str] | None,
 # ----------------------------------------------------------------------------- notebooks
 #
 # The one conversion of a notebook into the module, and the one choice between the module and a
-# notebook: the grader runs exactly this code (autograder.notebook and autograder.grade import it
+# notebook: the grader runs exactly this code (autograder.grading.notebook and
+# autograder.grading.grade import it
 # from here, in a limited child process), and check.py is this file, so both agree.
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # outputs and images included; the code is a tiny part

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.assignment import load_assignment
-from autograder.grade import grade_loaded
-from autograder.markers import reference, strip_solutions
-from autograder.release import key_answers
+from autograder.grading.grade import grade_loaded
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference, strip_solutions
+from autograder.release.build import key_answers
 
 ASSIGNMENT = load_assignment("ddp_training")
 MUTANTS_DIR = Path(__file__).parent / "mutants" / "ddp_training"

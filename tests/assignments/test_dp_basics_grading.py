@@ -30,19 +30,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.assignment import load_assignment
-from autograder.grade import grade_loaded
-from autograder.markers import reference, strip_solutions
-from autograder.multiple_choice import NO_FILE_MESSAGE
-from autograder.results import Report
-from autograder.results import TestResult as Result  # not a test class
-from autograder.schemas import validate
+from autograder.grading.grade import grade_loaded
+from autograder.grading.results import Report
+from autograder.grading.results import TestResult as Result  # not a test class
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference, strip_solutions
+from autograder.project.schemas import validate
+from autograder.questions.answers import NO_FILE_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS_DIR = Path(__file__).parent / "mutants"
 ASSIGNMENT = load_assignment("dp_basics")
 PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
-GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.pytest_plugin's fallback
+GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytest_plugin's fallback
 
 # Hidden tests whose message for the blank template omits the probe's NotImplementedError (they
 # assert on a probe's report without quoting its "error"); tests/hidden is maintained elsewhere.

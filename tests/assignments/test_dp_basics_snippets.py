@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from autograder.questions import Outcome, Question, load_bank
-from autograder.snippets import (
+from autograder.questions.bank import Outcome, Question, load_bank
+from autograder.questions.snippets import (
     SnippetOutcome,
     check_snippet,
     compare_outcome,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.assignment import load_assignment
-from autograder.markers import reference
-from autograder.sandbox import prepare_sandbox_dir
+from autograder.project.assignment import load_assignment
+from autograder.project.markers import reference
+from autograder.sandbox.client import prepare_sandbox_dir
 
 WINDOW = 3  # statements in a row that would already be a piece of the reference's logic
 

@@ -3,8 +3,8 @@
 Each test module declares its hostile submissions in a module-level ``SUBMISSIONS`` dict (name ->
 ``dict`` spec, see `Spec`) and marks each test with ``@pytest.mark.submission(name)``; the
 ``graded`` fixture hands the test that submission's `Graded` result. Every submission is graded
-once per session, by ``autograder.grade.grade`` in a child Python process (so a grading can have
-its own isolation mode, a hard time limit and its own memory), three at a time; the first test
+once per session, by ``autograder.grading.grade.grade`` in a child Python process (so a grading can
+have its own isolation mode, a hard time limit and its own memory), three at a time; the first test
 that asks starts every grading the selected tests need, slowest first.
 
 The toy assignment is graded from a copy whose secrets (hidden tests, key, a solution, grading.yml)
@@ -47,7 +47,7 @@ import pytest
 import yaml
 from markupsafe import escape
 
-from autograder.schemas import validate
+from autograder.project.schemas import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "fixtures" / "toy"
@@ -368,7 +368,7 @@ class Spec:
 GRADE_SCRIPT = """
 import sys
 from pathlib import Path
-from autograder.grade import grade
+from autograder.grading.grade import grade
 grade(Path(sys.argv[1]), "toy", Path(sys.argv[2]), Path(sys.argv[3]))
 """
 
@@ -377,7 +377,7 @@ class Grader:
     """Grades specs in child processes, a few at a time, each once per session."""
 
     def __init__(self, base: Path, secrets: Secrets) -> None:
-        from autograder.isolation import detect
+        from autograder.sandbox.isolation import detect
 
         self.base, self.secrets = base, secrets
         self.isolation = detect().mode  # what gradings here get (AUTOGRADER_ISOLATION too)

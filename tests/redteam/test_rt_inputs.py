@@ -26,7 +26,7 @@ from hostile_inputs import (  # noqa: E402
     zip_bytes,
 )
 
-from autograder.report import MAX_FILE_BYTES  # noqa: E402
+from autograder.grading.report import MAX_FILE_BYTES  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -78,7 +78,7 @@ SUBMISSIONS = {
 import importlib.util, os, sys
 
 seen = {}
-for name in ("autograder", "autograder.grade", "autograder.pytest_plugin"):
+for name in ("autograder", "autograder.grading.grade", "autograder.grading.pytest_plugin"):
     try:
         __import__(name)
         seen[name] = "IMPORTED"
@@ -92,12 +92,12 @@ for entry in sys.path:
                 finder = {}
                 exec(open(os.path.join(entry, file)).read(), finder)
                 finder["install"]()
-                __import__("autograder.grade")
+                __import__("autograder.grading.grade")
                 seen["finder"] = "IMPORTED"
             except BaseException as exc:
                 seen["finder"] = type(exc).__name__
 try:
-    spec = importlib.util.spec_from_file_location("g", "@@REPO@@/autograder/grade.py")
+    spec = importlib.util.spec_from_file_location("g", "@@REPO@@/autograder/grading/grade.py")
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
     seen["by path"] = "IMPORTED"
 except BaseException as exc:
@@ -174,7 +174,7 @@ def test_a_module_symlinked_to_the_solution_is_refused(graded, secrets):
 def test_the_grader_cannot_be_imported_in_the_sandbox(graded, secrets):
     assert_sound(graded, legit_max(set(CODING_TESTS) - {SCALE}), secrets)
     seen = observation(graded, SCALE, "GRADER")
-    for name in ("'autograder'", "'autograder.grade'", "'finder'", "'by path'"):
+    for name in ("'autograder'", "'autograder.grading.grade'", "'finder'", "'by path'"):
         assert f"{name}: 'ModuleNotFoundError'" in seen or \
             f"{name}: 'FileNotFoundError'" in seen, seen
     assert "IMPORTED" not in seen.replace("'agsandbox': 'IMPORTED'", "")

@@ -1,7 +1,7 @@
 """Red team: hostile uploads and answers files, handled by the trusted parent itself.
 
-Zip uploads are extracted by `autograder.archives` (no escaping paths, no links, bombs stopped
-while extracting); answers files are parsed by a safe YAML loader (no tags that construct
+Zip uploads are extracted by `autograder.grading.archives` (no escaping paths, no links, bombs
+stopped while extracting); answers files are parsed by a safe YAML loader (no tags that construct
 objects) with a size cap.
 """
 

@@ -1,6 +1,6 @@
 """scripts/make_class_export.py: a Gradescope-style export that reads back as a class, with
 expected scores. Nothing is graded here (one grading takes ~8 s): the expectations are checked
-for consistency, and the export through autograder.roster."""
+for consistency, and the export through autograder.batch.roster."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.roster import METADATA, discover
+from autograder.batch.roster import METADATA, discover
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "make_class_export.py"

@@ -1,0 +1,327 @@
+"""Grade a whole class: `batch(submissions, assignment, out)`, the API behind `autograder batch`.
+
+submissions (export or folders) -> roster -> plan (skip what the gradebook already has) ->
+backend (local warm workers or Ray) -> per outcome: report folder + gradebook run -> grades.csv,
+gradescope_scores.csv and index.html from the gradebook.
+
+This process is trusted: it never imports student code, and the only thing it receives from a
+worker is a JSON outcome. It alone writes the gradebook and the output folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from autograder.batch.fingerprints import assignment_version, grader_version, tree_hash
+from autograder.batch.gradebook import Gradebook
+from autograder.batch.gradesheet import write_grades_csv, write_gradescope_scores_csv
+from autograder.batch.overview import write_overview
+from autograder.batch.records import (
+    ClassSubmission,
+    GradeOutcome,
+    GradeTask,
+    LateStatus,
+    report_folder,
+)
+from autograder.batch.roster import discover
+from autograder.grading.late import late_status
+from autograder.grading.submission_status import derive, take_kept_events
+from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.paths import GRADING_CONFIG
+from autograder.sandbox.client import gpu_device_present
+
+BACKENDS = ("local", "ray")
+
+
+class BatchError(ValueError):
+    """The batch cannot start (bad options, unreadable export); nothing was graded."""
+
+
+@dataclass
+class BatchSummary:
+    """What one run did. total == graded + failed + skipped + left_out, always."""
+
+    total: int  # submissions found
+    graded: int  # graded in this run (the grader did not fail on them)
+    skipped: int  # unchanged since their last run
+    failed: int  # the grader itself failed on them (they are retried by the next run)
+    seconds: float
+    out: Path
+    warnings: list[str] = field(default_factory=list)
+    left_out: int = 0  # not chosen by --only
+    flagged: int = 0  # of those graded in this run, flagged (see submission_status)
+    statuses: dict[str, int] = field(default_factory=dict)  # this run's gradings, by status
+
+    @property
+    def nothing_to_grade(self) -> bool:
+        return self.graded + self.failed == 0
+
+    def line(self) -> str:
+        """One line for the TA; its numbers add up to the roster."""
+        left_out = f", {self.left_out} left out by --only" if self.left_out else ""
+        if self.nothing_to_grade:
+            return f"{self.skipped} unchanged, nothing to grade{left_out}"
+        flagged = f" ({self.flagged} flagged)" if self.flagged else ""
+        return (f"{self.total} submissions: {self.graded} graded{flagged}, {self.failed} "
+                f"grader error(s), {self.skipped} unchanged{left_out}, in {self.seconds:g} s")
+
+
+@dataclass
+class _Planned:
+    submission: ClassSubmission
+    content_hash: str
+    late: LateStatus | None
+    task: GradeTask
+
+
+def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
+          backend: str = "local", address: str | None = None, force: bool = False,
+          only: list[str] | None = None, config_path: Path = GRADING_CONFIG,
+          progress: bool = True, detail: bool = False) -> BatchSummary:
+    """Grade every submission under `submissions` that needs it; write the class outputs
+    (`detail`: grades.csv gets a column per hidden test)."""
+    started = time.monotonic()
+    if backend not in BACKENDS:
+        raise BatchError(f"unknown backend {backend!r} (use one of: {', '.join(BACKENDS)})")
+    if jobs < 1:
+        raise BatchError("--jobs must be at least 1")
+    spec = load_assignment(assignment, config_path)
+    out.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        return _batch(submissions, spec, out, jobs, backend, address, force, only, config_path,
+                      progress, started, detail)
+
+
+@contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One batch per output folder: a second one would re-extract the export under the first."""
+    with open(out / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BatchError(f"another autograder batch is writing to {out}; wait for it to "
+                             "finish (or stop it), then run this one") from None
+        yield
+
+
+def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: str,
+           address: str | None, force: bool, only: list[str] | None, config_path: Path,
+           progress: bool, started: float, detail: bool) -> BatchSummary:
+    assignment = spec.name
+    roster = discover(submissions, out / ".export")
+    warnings = list(roster.warnings)
+    chosen = _select(roster.submissions, only)
+    versions = (grader_version(), assignment_version(spec))
+    with Gradebook(out / "gradebook.sqlite") as book:
+        plan, skipped = [], 0
+        gpu_now = backend == "local" and gpu_device_present()
+        for submission in chosen:
+            planned = _plan(submission, spec, out, config_path)
+            if not (force or only) and _reports_in_place(submission, out) and book.is_current(
+                    submission.key, planned.content_hash, *versions, planned.late, gpu_now):
+                skipped += 1
+                continue
+            plan.append(planned)
+        by_key = {p.task.key: p for p in plan}
+        graded = failed = flagged = 0
+        statuses: dict[str, int] = {}
+        outcomes = _run([p.task for p in plan], jobs, backend, address, spec) if plan else []
+        bar = tqdm(total=len(plan), unit="submission", disable=not progress or not plan)
+        waiting = [p.task.key for p in plan]  # workers take tasks in this order
+        _show_current(bar, waiting, jobs)
+        try:
+            for outcome in outcomes:
+                planned = by_key[outcome.key]
+                # The sandbox's events (TA only) leave the staging folder before it is published.
+                events = take_kept_events(Path(planned.task.out))
+                if outcome.error is None:
+                    try:
+                        _publish(planned, out)
+                    except OSError as exc:  # e.g. a Ray worker without the shared folder
+                        outcome.error = f"its reports could not be put in place: {exc}"
+                status = derive(outcome.report, outcome.error, events)
+                failed += outcome.error is not None
+                flagged += status.status == "flagged"
+                statuses[status.status] = statuses.get(status.status, 0) + 1
+                book.record(planned.submission, assignment, outcome, planned.content_hash,
+                            *versions, planned.late, status)
+                graded += 1
+                waiting.remove(outcome.key)
+                _show_current(bar, waiting, jobs)
+                bar.set_postfix({"errors": failed, "flagged": flagged}, refresh=False)
+                bar.update(1)
+        finally:
+            bar.close()
+            if hasattr(outcomes, "close"):
+                outcomes.close()  # stops the workers (Ctrl-C included)
+        warnings += write_class_outputs(book, spec, out, [s.key for s in roster.submissions],
+                                        detail)
+    shutil.rmtree(out / ".staging", ignore_errors=True)
+    return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
+                        round(time.monotonic() - started, 2), out, warnings,
+                        left_out=len(roster.submissions) - len(chosen), flagged=flagged,
+                        statuses=statuses)
+
+
+def _show_current(bar: tqdm, waiting: list[str], jobs: int) -> None:
+    """The submission being graded on the bar (the oldest in flight; `+N` more at once)."""
+    now = waiting[:jobs]
+    more = f" +{len(now) - 1}" if len(now) > 1 else ""
+    bar.set_description(f"grading {now[0]}{more}" if now else "graded", refresh=False)
+
+
+def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
+                        keys: list[str], detail: bool = False) -> list[str]:
+    """grades.csv (with a column per hidden test when `detail`), gradescope_scores.csv and
+    index.html, from the latest run of each key; returns notes on students left out of the
+    Gradescope import."""
+    rows = book.latest(keys)
+    write_grades_csv(rows, assignment, out / "grades.csv", detail=detail)
+    notes = write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
+    write_overview(rows, assignment, out)
+    return [f"gradescope_scores.csv: {note}" for note in notes]
+
+
+def _reports_in_place(submission: ClassSubmission, out: Path) -> bool:
+    # A run killed while swapping report folders leaves one missing: grade it again.
+    owners = [s.sid for s in submission.submitters] or [submission.key]
+    return all((out / "reports" / report_folder(sid) / "results.json").is_file()
+               for sid in owners)
+
+
+def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[ClassSubmission]:
+    if not only:
+        return submissions
+    wanted = set(only)
+    chosen = [s for s in submissions
+              if s.key in wanted or any(p.sid in wanted for p in s.submitters)]
+    found = {s.key for s in chosen} | {p.sid for s in chosen for p in s.submitters}
+    missing = sorted(wanted - found)
+    if missing:
+        raise BatchError(f"--only: no submission of {', '.join(missing)} in this export")
+    return chosen
+
+
+def _plan(submission: ClassSubmission, spec: Assignment, out: Path,
+          config_path: Path) -> _Planned:
+    late = late_status(submission.created_at, spec.config.due, spec.config.late)
+    staging = out / ".staging" / submission.key
+    task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
+                     assignment=spec.name, config_path=str(config_path.resolve()), late=late)
+    return _Planned(submission, tree_hash(submission.path), late, task)
+
+
+def _run(tasks: list[GradeTask], jobs: int, backend: str, address: str | None,
+         spec: Assignment) -> Iterator[GradeOutcome]:
+    if backend == "ray":
+        from autograder.batch.ray_workers import run_ray  # Ray is an optional extra
+
+        return run_ray(tasks, jobs, address, needs_gpu=_needs_gpu(spec))
+    from autograder.batch.local_workers import run_local
+
+    return run_local(tasks, jobs)
+
+
+def _needs_gpu(spec: Assignment) -> bool:
+    text = "\n".join(p.read_text() for p in spec.hidden_tests.rglob("test_*.py"))
+    return "mark.gpu" in text
+
+
+def _publish(planned: _Planned, out: Path) -> None:
+    """Move the staged reports to reports/<sid>/ for each submitter (replacing older ones)."""
+    staged = Path(planned.task.out)
+    owners = [s.sid for s in planned.submission.submitters] or [planned.submission.key]
+    for sid in owners:
+        target = out / "reports" / report_folder(sid)
+        fresh = target.with_name(f".{target.name}.new")
+        shutil.rmtree(fresh, ignore_errors=True)
+        shutil.copytree(staged, fresh)
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(fresh, target)
+        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(staged, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- history
+
+
+@dataclass
+class RunChange:
+    """One run of a submission, and what changed since the run before it."""
+
+    run_id: int
+    graded_at: str
+    score: float | None  # after the late penalty; None when the grader failed
+    max_score: float | None
+    status: str
+    detail: str
+    why: list[str]  # what was different about this run: files, grader, hidden tests
+    score_change: float | None  # against the previous run; None for the first
+    tests: list[tuple[str, str, str]]  # (test, before, now) for each test whose outcome changed
+
+
+@dataclass
+class SubmissionHistory:
+    key: str
+    students: list[str]  # "name (sid)"
+    runs: list[RunChange]
+
+
+def history(out: Path, who: str, since_run: int | None = None) -> list[SubmissionHistory]:
+    """The runs of each submission of `who` (a sid or a submission key) in OUT's gradebook,
+    oldest first, each with what changed since the one before (score, status, tests), from
+    run `since_run` on when given. Raises BatchError when the gradebook or the student is
+    not there."""
+    path = out / "gradebook.sqlite"
+    if not path.is_file():
+        raise BatchError(f"no gradebook in {out}: run `autograder batch ... --out {out}` first")
+    found = []
+    with Gradebook(path) as book:
+        keys = book.keys_of(who)
+        if not keys:
+            raise BatchError(f"no submission of {who!r} in {path}")
+        latest = {row.submission.key: row for row in book.latest(keys)}
+        for key in keys:
+            submitters = latest[key].submission.submitters if key in latest else []
+            changes, before = [], None
+            for run in book.history(key):
+                changes.append(_change(run, before))
+                before = run
+            if since_run is not None:
+                changes = [c for c in changes if c.run_id >= since_run]
+            found.append(SubmissionHistory(key, [f"{s.name} ({s.sid})" for s in submitters],
+                                           changes))
+    return found
+
+
+def _change(run: dict, before: dict | None) -> RunChange:
+    why, tests, delta = [], [], None
+    if before is not None:
+        for field_name, text in (("content_hash", "new files"),
+                                 ("assignment_version", "hidden tests or config changed"),
+                                 ("grader_version", "grader changed")):
+            if run[field_name] != before[field_name]:
+                why.append(text)
+        if not why:
+            why.append("regraded (--only or --force)")
+        if run["score"] is not None and before["score"] is not None:
+            delta = round(run["score"] - before["score"], 4)
+        for name in dict.fromkeys([*before["tests"], *run["tests"]]):
+            old, new = before["tests"].get(name), run["tests"].get(name)
+            if (old and old[0]) != (new and new[0]):
+                tests.append((name, old[0] if old else "absent", new[0] if new else "absent"))
+    return RunChange(run["id"], run["graded_at"], run["score"], run["max_score"],
+                     run["status"]["status"], run["status"]["detail"] or (run["error"] or ""),
+                     why, delta, tests)

@@ -1,0 +1,258 @@
+"""The class gradebook: every grading run of every submission, in SQLite (`OUT/gradebook.sqlite`).
+
+Only the trusted batch process writes it. One run is one transaction (the run, its outcomes and
+the submission's latest metadata together), in WAL mode with full syncs, so `kill -9` at any
+moment leaves either the whole run or none of it; a re-run grades what is missing. Runs are only
+ever added: a regrade is a new row, and history is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from autograder.batch.records import (
+    ClassSubmission,
+    GradedSubmission,
+    GradeOutcome,
+    LateStatus,
+    Submitter,
+)
+from autograder.grading.submission_status import SubmissionStatus, derive
+from autograder.project.inert import clip, inert
+
+# One run's stored report: a report is a few hundred KiB at most (report.MAX_FILE_BYTES); one
+# from elsewhere (an old worker, Ray) is cut down to fit rather than stored whole.
+MAX_REPORT_CHARS = 1 << 20
+MAX_TEXT_CHARS = 4000  # the error and each outcome message
+
+SCHEMA_VERSION = 2  # 2: runs.status (a SubmissionStatus as JSON)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    key TEXT PRIMARY KEY,
+    created_at TEXT,
+    submitters TEXT NOT NULL            -- JSON list of {name, sid, email}
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    submission_key TEXT NOT NULL REFERENCES submissions(key),
+    assignment TEXT NOT NULL,
+    content_hash TEXT NOT NULL,         -- of the submitted files
+    grader_version TEXT NOT NULL,       -- of the autograder package
+    assignment_version TEXT NOT NULL,   -- of the hidden tests, probes, questions and config
+    late TEXT,                          -- JSON LateStatus, or NULL
+    graded_at TEXT NOT NULL,            -- ISO 8601, UTC, when the run was recorded
+    seconds REAL NOT NULL,
+    worker TEXT NOT NULL,
+    score REAL,                         -- after the late penalty; NULL when grading failed
+    raw_score REAL,
+    max_score REAL,
+    error TEXT,                         -- the grader's own failure, not the student's
+    report TEXT,                        -- report.json's content
+    status TEXT                         -- JSON SubmissionStatus: what the TA should know
+);
+CREATE INDEX IF NOT EXISTS runs_by_submission ON runs (submission_key, id);
+CREATE TABLE IF NOT EXISTS outcomes (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    part TEXT NOT NULL,
+    item TEXT NOT NULL,
+    status TEXT NOT NULL,
+    score REAL NOT NULL,
+    max_score REAL NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (run_id, position)
+);
+"""
+
+
+class GradebookError(RuntimeError):
+    """The gradebook file is not one this version can use."""
+
+
+class Gradebook:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE).
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(_SCHEMA)
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        elif int(row[0]) == 1:
+            self._migrate_from_1()
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise GradebookError(f"{path} has gradebook schema version {row[0]}; this grader "
+                                 f"reads version {SCHEMA_VERSION}")
+
+    def _migrate_from_1(self) -> None:
+        """Version 1 had no status: add the column and derive each run's status from its
+        stored report and error (the sandbox events of those runs were not kept), in one
+        transaction."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+            if "status" not in columns:
+                self.db.execute("ALTER TABLE runs ADD COLUMN status TEXT")
+            for run_id, report, error in self.db.execute(
+                    "SELECT id, report, error FROM runs").fetchall():
+                status = derive(json.loads(report) if report else None, error)
+                self.db.execute("UPDATE runs SET status=? WHERE id=?",
+                                (json.dumps(status.to_json()), run_id))
+            self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                            (str(SCHEMA_VERSION),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Gradebook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def is_current(self, key: str, content_hash: str, grader_version: str,
+                   assignment_version: str, late: LateStatus | None,
+                   gpu_now: bool = False) -> bool:
+        """True when the latest run of `key` graded these files, with this grader and
+        assignment, under this late status, and did not fail: a re-run can skip it. With
+        `gpu_now`, a run whose GPU tests are pending (gpu_policy: pending) is not current."""
+        row = self.db.execute(
+            "SELECT content_hash, grader_version, assignment_version, late, error, id FROM runs "
+            "WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+        if row is None or row[4] is not None or tuple(row[:4]) != (
+                content_hash, grader_version, assignment_version, _late_json(late)):
+            return False
+        return not (gpu_now and self.db.execute(
+            "SELECT 1 FROM outcomes WHERE run_id=? AND status='pending' LIMIT 1",
+            (row[5],)).fetchone())
+
+    def record(self, submission: ClassSubmission, assignment: str, outcome: GradeOutcome,
+               content_hash: str, grader_version: str, assignment_version: str,
+               late: LateStatus | None, status: SubmissionStatus | None = None) -> int:
+        """Add one run (all of it or, if interrupted, none of it); returns its id. `status`
+        defaults to what the outcome alone says (no sandbox events)."""
+        report = _bounded_report(outcome.report)
+        error = clip(inert(outcome.error), MAX_TEXT_CHARS) if outcome.error is not None else None
+        if status is None:
+            status = derive(outcome.report, error)
+        score = raw = max_score = None
+        if report is not None:
+            score, max_score = report["score"], report["max_score"]
+            raw = (report.get("late") or {}).get("raw_score", score)
+        submitters = json.dumps([asdict(s) for s in submission.submitters])
+        created = submission.created_at.isoformat() if submission.created_at else None
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute(
+                "INSERT INTO submissions VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "created_at=excluded.created_at, submitters=excluded.submitters",
+                (submission.key, created, submitters))
+            run_id = self.db.execute(
+                "INSERT INTO runs (submission_key, assignment, content_hash, grader_version, "
+                "assignment_version, late, graded_at, seconds, worker, score, raw_score, "
+                "max_score, error, report, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (submission.key, assignment, content_hash, grader_version, assignment_version,
+                 _late_json(late), now, round(outcome.seconds, 3), outcome.worker, score, raw,
+                 max_score, error, json.dumps(report) if report is not None else None,
+                 json.dumps(status.to_json()))).lastrowid
+            for position, t in enumerate((report or {}).get("tests", [])):
+                self.db.execute(
+                    "INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, position, t["name"], t["part"], t["item"], t["status"],
+                     t["score"], t["max_score"], clip(t["message"], MAX_TEXT_CHARS)))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return run_id
+
+    def latest(self, keys: list[str] | None = None) -> list[GradedSubmission]:
+        """The latest run of each submission (of `keys`, in that order; else all, by key)."""
+        rows = self.db.execute(
+            "SELECT s.key, s.created_at, s.submitters, r.id, r.report, r.score, r.raw_score, "
+            "r.max_score, r.late, r.error, r.graded_at, r.seconds, "
+            "(SELECT COUNT(*) FROM runs h WHERE h.submission_key = s.key), r.status "
+            "FROM submissions s JOIN runs r ON r.id = "
+            "(SELECT MAX(id) FROM runs WHERE submission_key = s.key) ORDER BY s.key").fetchall()
+        found = {row[0]: _graded(row) for row in rows}
+        if keys is None:
+            return list(found.values())
+        return [found[k] for k in keys if k in found]
+
+    def history(self, key: str) -> list[dict]:
+        """Every run of one submission, oldest first (without the full reports): id,
+        graded_at, score, raw_score, max_score, error, the versions, status (a dict) and
+        tests ({name: (status, score)} from the run's outcomes)."""
+        cursor = self.db.execute(
+            "SELECT id, graded_at, score, raw_score, max_score, error, content_hash, "
+            "grader_version, assignment_version, status FROM runs WHERE submission_key=? "
+            "ORDER BY id", (key,))
+        names = [c[0] for c in cursor.description]
+        runs = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for run in runs:
+            run["status"] = SubmissionStatus.from_json(
+                json.loads(run["status"]) if run["status"] else None).to_json()
+            run["tests"] = {name: (status, score) for name, status, score in self.db.execute(
+                "SELECT name, status, score FROM outcomes WHERE run_id=? ORDER BY position",
+                (run["id"],))}
+        return runs
+
+    def keys_of(self, who: str) -> list[str]:
+        """The submissions whose key is `who` or whose submitters include the sid `who`."""
+        found = []
+        for key, submitters in self.db.execute("SELECT key, submitters FROM submissions "
+                                               "ORDER BY key"):
+            if key == who or any(s.get("sid") == who for s in json.loads(submitters)):
+                found.append(key)
+        return found
+
+    def run_count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def _bounded_report(report: dict | None) -> dict | None:
+    """`report`, or when its JSON is over MAX_REPORT_CHARS a copy without printed output and
+    with short messages and notes (scores and statuses are kept)."""
+    if report is None or len(json.dumps(report)) <= MAX_REPORT_CHARS:
+        return report
+    tests = [{**t, "output": "", "message": clip(t.get("message", ""), 500),
+              "feedback": [clip(line, 500) for line in t.get("feedback", [])[:10]]}
+             for t in report.get("tests", [])]
+    warnings = [clip(w, 500) for w in report.get("warnings", [])[:40]]
+    warnings.append("this stored report was cut down to fit the gradebook; see report.json")
+    return {**report, "tests": tests, "warnings": warnings}
+
+
+def _late_json(late: LateStatus | None) -> str | None:
+    return json.dumps(asdict(late), sort_keys=True) if late is not None else None
+
+
+def _graded(row: tuple) -> GradedSubmission:
+    (key, created, submitters, run_id, report, score, raw, max_score, late, error, graded_at,
+     seconds, runs, status) = row
+    submission = ClassSubmission(
+        key=key, path=Path(), submitters=[Submitter(**s) for s in json.loads(submitters)],
+        created_at=datetime.fromisoformat(created) if created else None)
+    return GradedSubmission(
+        submission=submission, run_id=run_id, report=json.loads(report) if report else None,
+        score=score or 0.0, raw_score=raw or 0.0, max_score=max_score or 0.0,
+        late=LateStatus(**json.loads(late)) if late else None, error=error,
+        graded_at=graded_at, seconds=seconds, history=runs,
+        status=SubmissionStatus.from_json(json.loads(status) if status else None)
+        if status else derive(json.loads(report) if report else None, error))

@@ -1,0 +1,107 @@
+"""Records of a class batch, shared by discovery, late policy, backends, gradebook and overview.
+
+Data flows one way: ClassSubmission (found on disk) -> GradeTask (sent to a worker) ->
+GradeOutcome (plain JSON back from the worker) -> gradebook row -> GradedSubmission (read back
+for grades.csv and the class overview).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+def report_folder(sid: str) -> str:
+    """The folder name under OUT/reports/ for a student (Gradescope sids are free text)."""
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in sid).strip(".")
+    return cleaned or "unknown"
+
+
+@dataclass(frozen=True)
+class Submitter:
+    name: str
+    sid: str
+    email: str = ""
+
+
+@dataclass
+class ClassSubmission:
+    """One submission of a class: a Gradescope `submission_<id>` folder or a student folder."""
+
+    key: str  # unique in the batch: "submission_123456", or the student folder's name
+    path: Path  # the folder (or .zip) holding the student's files
+    submitters: list[Submitter]  # several for a group submission
+    created_at: datetime | None = None  # timezone-aware when known
+
+    @property
+    def sid(self) -> str:
+        """The folder name of this submission's reports: the first submitter's sid."""
+        return self.submitters[0].sid if self.submitters else self.key
+
+
+@dataclass(frozen=True)
+class LateStatus:
+    """How late a submission was and what that costs, from grading.yml's late policy."""
+
+    minutes_late: float  # 0 when on time (after any grace period)
+    days_late: int  # whole days, rounded up, that the penalty counts
+    penalty: float  # fraction of the score taken away, 0..1
+    message: str  # one sentence for the student's report
+
+
+@dataclass(frozen=True)
+class GradeTask:
+    """What a worker needs to grade one submission; plain data (it may cross to a cluster)."""
+
+    key: str
+    submission: str  # path, as text
+    out: str  # the folder the worker writes results.json and the reports to
+    assignment: str
+    config_path: str
+    late: LateStatus | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> GradeTask:
+        late = data.get("late")
+        return cls(**{**data, "late": LateStatus(**late) if late else None})
+
+
+@dataclass
+class GradeOutcome:
+    """A worker's answer: the report as JSON, or why grading itself failed (never a pickle)."""
+
+    key: str
+    report: dict | None  # report.json's content
+    error: str | None  # the grader's own failure (the student's faults are in the report)
+    seconds: float
+    worker: str = ""  # host/process that graded it, for the TA's log
+
+
+@dataclass
+class GradedSubmission:
+    """The latest grading run of one submission, as the gradebook holds it."""
+
+    submission: ClassSubmission
+    run_id: int
+    report: dict | None
+    score: float  # after the late penalty
+    raw_score: float
+    max_score: float
+    late: LateStatus | None
+    error: str | None
+    graded_at: str  # ISO 8601, UTC
+    seconds: float
+    history: int = 1  # how many runs the gradebook holds for this submission
+    extra: dict = field(default_factory=dict)
+    status: Any = None  # submission_status.SubmissionStatus; derived from the report if None
+
+    def __post_init__(self) -> None:
+        if self.status is None:
+            from autograder.grading.submission_status import derive
+
+            self.status = derive(self.report, self.error)

@@ -1,0 +1,168 @@
+"""Grade one submission end to end: `grade(submission, assignment, out)`.
+
+submission -> (answers graded here, code run by the runner in sandboxes) -> Report -> files.
+This is the trusted parent: it never imports torch, student code or the hidden tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder.batch.records import LateStatus
+from autograder.grading.archives import ArchiveError, extract_zip
+from autograder.grading.notebook import NotebookError, extract_module, module_state
+from autograder.grading.report import write_outputs
+from autograder.grading.results import (
+    Report,
+    TestResult,
+    apply_late,
+    build_report,
+    clip,
+    coding_results,
+)
+from autograder.grading.submission import SubmissionFiles, locate
+from autograder.grading.submission_status import keep_sandbox_events
+from autograder.grading.supervisor import run_hidden_tests
+from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.inert import label
+from autograder.project.paths import GRADING_CONFIG
+from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
+from autograder.student_files import check as student_check
+
+
+def grade(submission: Path, assignment: str, out: Path,
+          config_path: Path = GRADING_CONFIG) -> Report:
+    """Grade `submission` (a folder or a .zip) and write results.json and the reports to `out`."""
+    started = time.monotonic()
+    spec = load_assignment(assignment, config_path)
+    return grade_loaded(submission, spec, out, started)
+
+
+def grade_loaded(submission: Path, assignment: Assignment, out: Path,
+                 started: float | None = None, late: LateStatus | None = None) -> Report:
+    """Grade with a loaded assignment; `late` (from the batch's late policy) lowers the total."""
+    started = time.monotonic() if started is None else started
+    workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
+    os.chmod(workdir, 0o711)  # sandbox users may pass through to their own folder, not list
+    try:
+        report = apply_late(_grade(submission, assignment, workdir, started), late)
+    finally:
+        keep_sandbox_events(workdir, out)  # for the TA only (see submission_status)
+        # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
+        if os.environ.get("AUTOGRADER_KEEP_WORKDIR"):
+            print(f"autograder: kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return write_outputs(report, out)
+
+
+def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float) -> Report:
+    config = assignment.config
+    try:
+        files = _submission_files(submission, workdir / "upload", config.module,
+                                  list(config.functions))
+    except Exception as exc:  # noqa: BLE001 - a last line: the student still gets a report
+        problem = f"your submission could not be read ({type(exc).__name__}); tell your instructor"
+        files = SubmissionFiles(workdir / "upload", None, problem, None, [])
+    warnings = list(files.warnings)
+
+    mc = grade_answers(assignment.bank, files.answers)
+    warnings += mc.warnings
+    tests = [_question_result(r, assignment) for r in mc.results]
+
+    outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir)
+    if files.module_problem:
+        warnings.append(f"coding part: {files.module_problem}")
+    warnings += coding_warnings
+    tests += coding_results(outcomes, config, warnings, internal_names(assignment))
+    environment["gpu_policy"] = config.gpu_policy
+    return build_report(config, submission.name, tests, warnings, environment,
+                        time.monotonic() - started, files.graded_file)
+
+
+def internal_names(assignment: Assignment) -> list[str]:
+    """The classes of the grader's probes and hidden tests: never shown to students (PyTorch
+    names a model's class in its errors; a test's scenario model is the grader's business)."""
+    names: list[str] = []
+    sources = [assignment.probes, *sorted(assignment.hidden_tests.glob("*.py"))] \
+        if assignment.hidden_tests.is_dir() else [assignment.probes]
+    for path in sources:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        names += [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    return names
+
+
+def _submission_files(submission: Path, unpack_to: Path, module: str,
+                      functions: list[str] | None = None) -> SubmissionFiles:
+    """Locate the files of a folder, or of a zip upload extracted safely; then choose between
+    the module and a notebook as check.py does (student_check.choose_graded): the notebook,
+    extracted next to `unpack_to`, when the module is missing or still the template's stub
+    (`graded_file` says which file was graded and why)."""
+    if not (submission.is_file() and submission.suffix.lower() == ".zip"):
+        files = locate(submission, module)
+    else:
+        unpack_to.mkdir()
+        try:
+            extract_zip(submission, unpack_to)
+        except ArchiveError as exc:
+            problem = f"{label(submission.name)}: {exc}"
+            return SubmissionFiles(unpack_to, None, problem, None, [problem])
+        files = locate(unpack_to, module)
+    if files.notebook is not None and not (files.module is None and files.module_problem):
+        files.graded_file = _choose(files, unpack_to.parent / "notebook", module, functions)
+    return files
+
+
+def _choose(files: SubmissionFiles, folder: Path, module: str,
+            functions: list[str] | None) -> dict:
+    # JSON only, here in the trusted parent: the notebook's code runs in the sandbox, as a module.
+    notebook = files.notebook
+    extracted, problem = None, None
+    try:
+        extracted = extract_module(notebook, module, functions)
+    except (NotebookError, OSError) as exc:
+        problem = str(exc)
+    state = module_state(files.module, functions) if files.module else None
+    chosen, why = student_check.choose_graded(
+        module, files.module.name if files.module else None, state, notebook.name,
+        extracted.state if extracted else student_check.BROKEN, problem)
+    graded = {"file": chosen or notebook.name, "why": why or ""}
+    if chosen != notebook.name:
+        return graded
+    files.warnings += files.notebook_warnings
+    if extracted is None:  # the notebook's problem, and why it mattered when a stub is there
+        files.module, files.module_problem = None, why if files.module else problem
+        return graded
+    folder.mkdir(exist_ok=True)
+    files.module, files.module_problem = folder / f"{module}.py", None
+    # surrogatepass: a lone surrogate from the notebook's JSON becomes bytes that the import
+    # in the sandbox reports, rather than an error here.
+    files.module.write_bytes(extracted.source.encode("utf-8", "surrogatepass"))
+    files.warnings += extracted.warnings
+    return graded
+
+
+def _question_result(r, assignment: Assignment) -> TestResult:
+    config = assignment.config
+    feedback = []
+    if config.reveal_key:
+        feedback = [f"Correct answer: {', '.join(r.key)}", r.explanation]
+    # Right or wrong shows when the part's visibility says (after the due date by default, so
+    # resubmissions do not give the key away); an answer left out or malformed at once, so that
+    # it can be fixed in time. Neither says which answer is right.
+    problem = r.status in (UNANSWERED, INVALID)
+    return TestResult(
+        name=r.title, part="multiple_choice", item=r.id, score=r.score, max_score=r.max_score,
+        status="passed" if r.status == "correct" else "failed",
+        message=clip(r.message.removeprefix(f"{r.title}: ")),  # the heading says it already
+        visibility=config.answer_problems_visibility if problem
+        else config.multiple_choice.visibility, feedback=feedback)

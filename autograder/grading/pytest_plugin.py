@@ -1,0 +1,514 @@
+"""The pytest plugin the trusted runner loads to run a hidden suite against a sandbox.
+
+It registers the grading markers, validates every test's points and name at collection, provides
+the `student` fixture (calls run in the submission's sandbox) and streams one outcome per test to
+the parent as a JSON line. It runs only in trusted processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autograder.project import budgets
+from autograder.sandbox import client as sandbox_module
+from autograder.sandbox.client import (
+    Sandbox,
+    SandboxFailure,
+    SandboxLimits,
+    SandboxTimeout,
+    StudentError,
+    seconds_text,
+)
+from autograder.sandbox_runtime.codec import CodecError
+
+VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+MARKERS = {
+    "weight": "weight(w): this test's share of its function's points, relative to the "
+              "function's other tests (default 1; 0: worth nothing)",
+    "points": "points(n): the older name of weight(n), still accepted",
+    "visibility": "visibility(v): Gradescope visibility of this test",
+    "gpu": "gpu(n=1): the test needs n CUDA GPUs; on a grader with fewer the GPU policy "
+           "applies",
+    "timeout_s": "timeout_s(s): the most this test's time budget may be, in seconds",
+    "uses": "uses(*functions): further student functions this test calls (its own is named by "
+            "its docstring); the test is not run once one of them has hung",
+    "tolerant": "tolerant: run this test even when a function it uses hung in an earlier test",
+}
+
+
+@dataclass
+class Job:
+    """What the runner is asked to do; written by the parent as JSON."""
+
+    tests_dir: str
+    assignment_dir: str
+    module_name: str
+    functions: dict[str, float]
+    output_dir: str
+    sandbox_dir: str | None = None
+    missing_reason: str | None = None
+    limits: dict = field(default_factory=dict)
+    test_timeout: float = 60.0
+    rank_retries: int = 2
+    visibility: str = "visible"
+    collect_only: bool = False
+    skip: list[str] = field(default_factory=list)
+    # Functions that hung in an earlier runner of this grading: {function: first hang}.
+    hung: dict[str, dict] = field(default_factory=dict)
+    # Calibrated budgets (see autograder.project.budgets): the reference's seconds per test nodeid,
+    # the calibration workload's seconds when they were recorded, k and the floor (k 0: flat).
+    timings: dict[str, float] = field(default_factory=dict)
+    timings_calibration: float | None = None
+    budget_factor: float = 0.0
+    budget_floor: float = 5.0
+    machine_calibration: float | None = None  # measured by this grading's first runner
+    # pytest's own tracebacks of failed tests in runner.log (AUTOGRADER_KEEP_WORKDIR): they
+    # parse the source of every frame, about 20 ms a failure; students never see them.
+    tracebacks: bool = False
+
+
+@dataclass
+class TestSpec:
+    """A collected test as declared by its markers and docstring."""
+
+    nodeid: str
+    name: str
+    function: str
+    points: float  # the test's weight until collection splits its function's points
+    visibility: str
+    gpu: bool
+    timeout: float
+    uses: list[str] = field(default_factory=list)  # every student function the test needs
+    tolerant: bool = False
+
+
+def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
+    problems = []
+    doc = (getattr(item, "obj", None).__doc__ or "").strip().splitlines()
+    name = doc[0].strip() if doc else ""
+    function = name.split(":", 1)[0].strip() if ":" in name else ""
+    if not name:
+        problems.append(f"{item.nodeid}: needs a docstring whose first line names the test")
+    elif function not in job.functions:
+        problems.append(f"{item.nodeid}: display name {name!r} must start with one of "
+                        f"{sorted(job.functions)} followed by ':'")
+    # Points live in grading.yml only; a test carries a relative weight (points(n): the old name).
+    marker = item.get_closest_marker("weight") or item.get_closest_marker("points")
+    weight = marker.args[0] if marker and marker.args else 1
+    if type(weight) not in (int, float) or weight < 0:
+        problems.append(f"{item.nodeid}: @pytest.mark.{marker.name}(w) needs a number w >= 0")
+    vis = item.get_closest_marker("visibility")
+    visibility = vis.args[0] if vis and vis.args else job.visibility
+    if visibility not in VISIBILITIES:
+        problems.append(f"{item.nodeid}: visibility {visibility!r} is not one of {VISIBILITIES}")
+    limit = item.get_closest_marker("timeout_s")
+    timeout = float(limit.args[0]) if limit and limit.args else job.test_timeout
+    uses = [function] if function else []
+    for marker in item.iter_markers("uses"):
+        for used in marker.args:
+            if used not in job.functions:
+                problems.append(f"{item.nodeid}: @pytest.mark.uses({used!r}) names no function "
+                                f"of {sorted(job.functions)}")
+            elif used not in uses:
+                uses.append(used)
+    if problems:
+        return None, problems
+    return TestSpec(item.nodeid, name, function, float(weight), visibility,
+                    item.get_closest_marker("gpu") is not None, timeout, uses,
+                    item.get_closest_marker("tolerant") is not None), []
+
+
+class NotRun(SandboxFailure):
+    """The test needs a function that already hung in this grading: it fails without running."""
+
+
+class Student:
+    """The `student` fixture: the student's module, reached only through the sandbox.
+
+    `student.simulated()` is the same module in workers that simulate several GPUs (their
+    number drawn for this grading unless given), so tests can check device decisions on a
+    grader without one; `student.gpus` is how many real GPUs this grader has (decided here, in
+    the trusted runner, never by what the sandbox reports).
+    """
+
+    def __init__(self, plugin: GradingPlugin, spec: TestSpec, simulated_gpus: int = 0) -> None:
+        self._plugin, self._spec = plugin, spec
+        self._deadline = time.monotonic() + spec.timeout
+        self._simulated = simulated_gpus
+        # Starting sandbox processes is the grader's time: the deadline moves by what it takes.
+        sandbox = plugin.sandbox
+        self._grader_seconds = sandbox.grader_seconds if sandbox is not None else 0.0
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the student's code sees: the simulated ones, else this grader's real ones."""
+        if self._simulated:
+            return max(self._simulated, 0)
+        return _cuda_device_count()
+
+    def simulated(self, gpus: int | None = None) -> Student:
+        """This module run with `gpus` simulated GPUs (default: 2 to 4, drawn per grading)."""
+        return self._view(gpus or self._plugin.simulated_gpus)
+
+    def without_gpus(self) -> Student:
+        """This module run where CUDA is hidden: its CPU branch, on any grader."""
+        return self._view(-1)
+
+    def _view(self, simulated: int) -> Student:
+        view = Student(self._plugin, self._spec, simulated)
+        view._deadline, view._grader_seconds = self._deadline, self._grader_seconds
+        return view
+
+    def _remaining(self) -> float:
+        sandbox = self._plugin.sandbox
+        if sandbox is not None:  # the grader's own start-up time is not the test's
+            self._deadline += sandbox.grader_seconds - self._grader_seconds
+            self._grader_seconds = sandbox.grader_seconds
+        return self._deadline - time.monotonic()
+
+    def _left(self) -> float:
+        return max(0.1, self._remaining())
+
+    def _timeout(self) -> float:
+        left = self._remaining()
+        if left <= 0:
+            raise SandboxFailure(
+                f"this test's time limit of {seconds_text(self._spec.timeout)} s was used up")
+        return min(left, self._plugin.limits.call_timeout)
+
+    def _guarded(self, function: str, run: Callable[[], Any]) -> Any:
+        """Run one call or scenario of `function`; once a function hangs, it is not run again."""
+        self._plugin.refuse_if_hung(function, self._spec)
+        try:
+            return run()
+        except SandboxTimeout as exc:
+            self._plugin.record_hang(function, exc.seconds, self._spec)
+            raise
+
+    def _sandbox(self) -> Sandbox:
+        if self._plugin.sandbox is None:
+            raise SandboxFailure(self._plugin.job.missing_reason or "no submission to run")
+        return self._plugin.sandbox
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._guarded(name, lambda: self._sandbox().call(
+                name, args, kwargs, self._timeout(), self._left(), gpus=self._simulated))
+
+        return call
+
+    def probe(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(module, *args, **kwargs)` from probes.py in the sandbox."""
+        function = self._spec.function
+        return self._guarded(function, lambda: self._sandbox().probe(
+            _probe_name(fn), args, kwargs, function, self._timeout(), self._left(),
+            gpus=self._simulated))
+
+    def run_ranks(self, fn: Callable, world_size: int, *args: Any,
+                  per_rank: list | None = None) -> list[Any]:
+        """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes;
+        with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument."""
+        function, name = self._spec.function, _probe_name(fn)
+        self._plugin.refuse_if_hung(function, self._spec)
+        sandbox = self._sandbox()
+        # gloo on CPU sometimes crashes on its own (at teardown, mostly): a crash is retried
+        # up to rank_retries times, since crashes cost little. A hang is retried once at most
+        # (see RANK_HANG_RETRIES), each attempt no longer than the call time limit, so a
+        # scenario that never meets costs at most two call limits, not the test's budget.
+        crashes = self._plugin.job.rank_retries
+        hangs = min(RANK_HANG_RETRIES, crashes)
+        while True:
+            left = self._remaining()
+            if left <= 1:
+                raise SandboxFailure(f"this test's time limit of "
+                                     f"{seconds_text(self._spec.timeout)} s was used up")
+            # An equal share of what is left for this attempt and each hang still allowed.
+            timeout = min(left / (1 + hangs), self._plugin.limits.call_timeout)
+            try:
+                return sandbox.run_ranks(name, world_size, args, timeout,
+                                         self._plugin.rank_output_dir(), function,
+                                         gpus=self._simulated, per_rank=per_rank)
+            except SandboxTimeout as exc:
+                if hangs <= 0 or crashes <= 0:
+                    self._plugin.record_hang(function, exc.seconds, self._spec)
+                    raise
+                hangs -= 1
+                crashes -= 1
+            except SandboxFailure:
+                if crashes <= 0:
+                    raise
+                crashes -= 1
+
+    def fresh(self) -> None:
+        """Restart the sandbox so the next call starts from a newly imported module."""
+        self._sandbox().restart()
+
+
+# Retries of a multi-process scenario that timed out (crashes: grading.yml's rank_retries).
+# Measured with bench/rank_flakes.py: see docs/ARCHITECTURE.md ("Time budgets and hangs").
+RANK_HANG_RETRIES = 1
+
+
+def _probe_name(fn: Callable) -> str:
+    if getattr(fn, "__module__", None) != "probes":
+        raise TypeError("probes must be functions defined in the assignment's probes.py")
+    return fn.__name__
+
+
+def _brief_failure(excinfo: pytest.ExceptionInfo) -> str:
+    """What runner.log shows of a failed test when nobody keeps it: one line, no traceback."""
+    return f"{excinfo.typename}: {_head(excinfo.value)[:1000]}"
+
+
+def not_run_message(function: str, first: dict) -> str:
+    return (f"not run: {function} did not finish within {seconds_text(first['seconds'])} s in "
+            f"an earlier test ({first['test']})")
+
+
+def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
+    """(status, message for the student) for an exception that ended a test, clipped here in
+    the runner: a message may quote what student code returned (64 MiB of it, say)."""
+    status, message = _describe(excinfo.value)
+    return status, clip_message(message)
+
+
+MESSAGE_CHARS = 4000
+
+
+def clip_message(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """At most `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters not shown)"
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, SandboxFailure):
+        return "failed", str(exc)
+    if isinstance(exc, StudentError):
+        where = f" ({exc.where})" if exc.where else ""
+        return "failed", f"{exc.function} raised {exc.type_name}: {exc.message}{where}"
+    if isinstance(exc, AssertionError):
+        # Only the test author's message: pytest's rewritten detail may show hidden inputs.
+        text = _head(exc).split("\nassert ", 1)[0].strip()
+        if not text or text.startswith("assert "):
+            text = "a check of this behaviour failed"
+        return "failed", text
+    if isinstance(exc, pytest.fail.Exception):
+        return "failed", _head(exc)
+    if isinstance(exc, CodecError):
+        return "failed", f"the result could not be checked: {_head(exc)}"
+    if isinstance(exc, MemoryError):
+        # The runner's own memory limit (see runner.limit_memory): only what student code sent
+        # back can be that large, so it is the student's failure, not the grader's.
+        return "failed", "the result was too large to check (the grader ran out of memory " \
+                         "reading it)"
+    return "grader_error", f"the grader could not run this check ({type(exc).__name__}: " \
+                           f"{_head(exc)})"
+
+
+def _head(exc: BaseException) -> str:
+    # str() of an exception quoting a huge value is itself huge: keep a bounded part of it.
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a message that cannot be built
+        return f"<{type(exc).__name__}>"
+    return text[:4 * MESSAGE_CHARS]
+
+
+class GradingPlugin:
+    def __init__(self, job: Job, emit: Callable[[dict], None]) -> None:
+        self.job, self.emit = job, emit
+        self.limits = SandboxLimits(**job.limits)
+        self.specs: dict[str, TestSpec] = {}
+        self.outcomes: dict[str, dict] = {}
+        self.sandbox: Sandbox | None = None
+        self.hung: dict[str, dict] = dict(job.hung)
+        self.machine_factor = 1.0
+        if job.timings and job.budget_factor > 0:
+            measured = job.machine_calibration or budgets.calibration_seconds()
+            self.machine_factor = budgets.machine_factor(job.timings_calibration, measured)
+            emit({"event": "calibration", "seconds": measured, "factor": self.machine_factor})
+        # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
+        self.simulated_gpus = random.SystemRandom().randint(2, 4)
+        sandbox_module.on_process_start = lambda pid: emit({"event": "sandbox", "pid": pid})
+        if job.sandbox_dir is not None:
+            self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
+                                   Path(job.output_dir) / f"sandbox-{os.getpid()}.log")
+
+    # -- functions that hung -----------------------------------------------------
+    def refuse_if_hung(self, function: str, spec: TestSpec) -> None:
+        """Raise NotRun if `function` hung in an earlier test (unless `spec` is tolerant)."""
+        first = self.hung.get(function)
+        if first is not None and not spec.tolerant and first["nodeid"] != spec.nodeid:
+            raise NotRun(not_run_message(function, first))
+
+    def record_hang(self, function: str, seconds: float, spec: TestSpec) -> None:
+        if function in self.hung:
+            return
+        self.hung[function] = first = {"seconds": round(seconds, 1), "test": spec.name,
+                                       "nodeid": spec.nodeid}
+        self.emit({"event": "hung", "function": function, **first})
+
+    def budget(self, spec: TestSpec) -> float:
+        """This test's time budget: calibrated from the reference when its time is known."""
+        return budgets.budget(self.job.timings.get(spec.nodeid), spec.timeout,
+                              self.job.budget_factor, self.job.budget_floor,
+                              self.machine_factor)
+
+    def rank_output_dir(self) -> Path:
+        path = Path(tempfile.mkdtemp(prefix="ranks-", dir=self.job.output_dir))
+        self._rank_dirs.append(path)
+        return path
+
+    # -- collection ------------------------------------------------------------
+    def pytest_configure(self, config: pytest.Config) -> None:
+        for line in MARKERS.values():
+            config.addinivalue_line("markers", line)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.emit({"event": "error", "message": f"the hidden tests could not be collected: "
+                                                    f"{report.nodeid}: {report.longreprtext}"})
+
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        problems: list[str] = []
+        for item in items:
+            spec, found = spec_for(item, self.job)
+            problems += found
+            if spec is not None:
+                spec.timeout = self.budget(spec)
+                self.specs[item.nodeid] = spec
+        # Each function's points (grading.yml) are split over its tests by their weights.
+        weights = {name: 0.0 for name in self.job.functions}
+        for spec in self.specs.values():
+            weights[spec.function] += spec.points
+        for name, declared in self.job.functions.items():
+            if declared > 0 and weights[name] <= 0:
+                problems.append(f"grading.yml gives {name} {declared:g} points, but it has no "
+                                "hidden test with a weight above 0")
+        for spec in self.specs.values():
+            total = weights[spec.function]
+            spec.points = self.job.functions[spec.function] * spec.points / total if total else 0.0
+        if problems:
+            self.emit({"event": "error", "message": "invalid hidden tests:\n  - "
+                                                    + "\n  - ".join(problems)})
+            raise pytest.UsageError("invalid hidden tests")
+        self.emit({"event": "collected", "tests": [asdict(s) for s in self.specs.values()]})
+        skip = set(self.job.skip)
+        items[:] = [i for i in items if i.nodeid not in skip]
+        if not self.job.tracebacks:
+            for item in items:
+                item.repr_failure = _brief_failure  # type: ignore[method-assign]
+        if self.job.collect_only:
+            items.clear()
+
+    # -- running ---------------------------------------------------------------
+    @pytest.fixture
+    def student(self, request: pytest.FixtureRequest) -> Student:
+        import torch
+
+        # The inputs a test draws from torch's generator differ in every grading: an answer
+        # that was not computed from them cannot be known in advance.
+        torch.manual_seed(random.SystemRandom().getrandbits(63))
+        return Student(self, self.specs[request.node.nodeid])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        spec = self.specs[item.nodeid]
+        marker = item.get_closest_marker("gpu")
+        needed = int(marker.args[0]) if marker is not None and marker.args else 1
+        if spec.gpu and _cuda_device_count() < needed:
+            have = _cuda_device_count()
+            self.outcomes[item.nodeid] = {
+                "status": "gpu_unavailable",
+                "message": f"needs {needed} GPU{'s' if needed > 1 else ''}; this grader has "
+                           f"{have or 'none'}"}
+            pytest.skip("needs CUDA")
+        for function in spec.uses:
+            try:
+                self.refuse_if_hung(function, spec)
+            except NotRun as exc:  # fails at once, with the cause of the first hang
+                self.outcomes[item.nodeid] = {"status": "failed", "message": str(exc)}
+                pytest.skip("a function it uses hung in an earlier test")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        report = outcome.get_result()
+        if item.nodeid in self.outcomes or (call.when != "call" and report.passed):
+            return
+        if report.passed:
+            self.outcomes[item.nodeid] = {"status": "passed", "message": ""}
+        elif report.skipped and self.specs[item.nodeid].gpu:
+            # This grader has CUDA (else setup marked the test above): whatever the sandbox
+            # reported, a GPU test that does not run here is a failure, never a free pass.
+            self.outcomes[item.nodeid] = {
+                "status": "failed", "message": "this GPU test did not run although this grader "
+                                               "has a GPU (did your code hide CUDA?)"}
+        elif report.skipped:
+            reason = str(call.excinfo.value) if call.excinfo else "skipped"
+            self.outcomes[item.nodeid] = {"status": "skipped", "message": reason}
+        elif call.excinfo is not None:
+            status, message = describe_failure(call.excinfo)
+            self.outcomes[item.nodeid] = {"status": status, "message": message}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        self._rank_dirs: list[Path] = []
+        self.emit({"event": "start", "nodeid": item.nodeid})
+        started = time.monotonic()
+        yield
+        result = self.outcomes.get(item.nodeid) or {
+            "status": "failed", "message": "the test ended without an outcome"}
+        output, cut = self._take_output()
+        self.emit({"event": "result", "nodeid": item.nodeid, **result, "output": output,
+                   "output_cut": cut, "duration": round(time.monotonic() - started, 3)})
+
+    def _take_output(self) -> tuple[str, bool]:
+        output, cut = ("", False) if self.sandbox is None else self.sandbox.take_output()
+        for folder in self._rank_dirs:
+            for log in sorted(folder.glob("rank*.log")):
+                with open(log, "rb") as f:
+                    data = f.read(self.limits.output_bytes + 1)
+                cut = cut or len(data) > self.limits.output_bytes
+                if data:
+                    output += f"[{log.stem}]\n" + data[: self.limits.output_bytes].decode(
+                        "utf-8", "replace")
+            shutil.rmtree(folder, ignore_errors=True)
+        limit = self.limits.output_bytes
+        return output[:limit], cut or len(output) > limit
+
+    def pytest_sessionfinish(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+
+@functools.cache
+def _cuda_device_count() -> int:
+    """Real GPUs of this grader, seen by the trusted runner's own torch."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def write_line(fd: int) -> Callable[[dict], None]:
+    def emit(message: dict) -> None:
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    return emit

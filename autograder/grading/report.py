@@ -1,0 +1,254 @@
+"""Write a `Report` out: Gradescope results.json, report.json, report.md and report.html.
+
+Only the trusted parent calls this, after every sandbox is gone. Every JSON file is validated
+against its schema before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+
+from autograder.grading.results import Report, TestResult
+from autograder.project.inert import clip
+from autograder.project.schemas import validate
+
+# Each written file (results.json, report.json, report.md, report.html), whatever the
+# submission printed or provoked: past it, printed output and then messages are cut to fit.
+MAX_FILE_BYTES = 384 << 10
+# (characters of printed output per test, characters per message), tried in order until fit.
+_SHRINK_STEPS = ((32 << 10, 4000), (8 << 10, 2000), (2 << 10, 1000), (512, 400), (0, 200))
+
+PART_TITLES = {"multiple_choice": "Multiple choice", "coding": "Coding"}
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("autograder", "templates"),
+    # Templates are named *.html.j2: escaping must follow that suffix, not ".html".
+    autoescape=jinja2.select_autoescape(["html", "html.j2"]), trim_blocks=True,
+    lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+_ENV.filters["md"] = lambda text: md_escape(str(text))
+_ENV.filters["fence"] = lambda text: fence(str(text))
+
+
+def md_escape(text: str) -> str:
+    """Student-influenced text as plain Markdown text: no headings, links, HTML or tables."""
+    text = re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
+    return " ".join(line.strip() for line in text.splitlines())
+
+
+def fence(text: str) -> str:
+    """A code fence longer than any run of backticks inside `text`, so it cannot be closed."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def points(value: float) -> str:
+    """Points as shown everywhere: at most two decimals, no trailing zeros (40.47, 70, 1.5)."""
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+_ENV.filters["pts"] = points
+
+
+def _not_implemented(t: TestResult) -> bool:
+    name = re.escape(t.item)
+    return t.status == "failed" and t.part == "coding" and bool(
+        re.search(rf"\b{name} (?:is not implemented yet|raised NotImplementedError)\b",
+                  t.message))
+
+
+def shown_tests(report: Report) -> list[TestResult]:
+    """The tests as students see them (results.json, report.md, report.html): GPU tests left
+    out are dropped (one note says so), and the failures of a function that is not implemented
+    yet are one entry for that function, worth their points together."""
+    groups: dict[tuple[str, str], list[TestResult]] = {}
+    for t in report.tests:
+        if _not_implemented(t):
+            groups.setdefault((t.item, t.visibility), []).append(t)
+    shown, merged = [], set()
+    for t in report.tests:
+        if t.status == "excluded":
+            continue
+        key = (t.item, t.visibility)
+        if not _not_implemented(t):
+            shown.append(t)
+        elif key not in merged:
+            merged.add(key)
+            group = groups[key]
+            total = round(sum(round(g.max_score * 100) for g in group)) / 100
+            every = "its test" if len(group) == 1 else f"all {len(group)} of its tests"
+            if len(group) < sum(1 for x in report.tests if x.item == t.item
+                                and x.status != "excluded"):
+                every = f"{len(group)} of its tests" if len(group) > 1 else "one of its tests"
+            shown.append(TestResult(
+                name=f"{t.item}: not implemented yet", part=t.part, item=t.item, score=0.0,
+                max_score=total, status="failed",
+                message=f"{t.item} is not implemented yet: it raised NotImplementedError in "
+                        f"{every}; replace the "
+                        f"`raise NotImplementedError` with your code (the docstring is the "
+                        f"specification the tests check).",
+                visibility=t.visibility))
+    return shown
+
+
+def gradescope_results(report: Report) -> dict:
+    tests = []
+    for number, t in _numbered(shown_tests(report)):
+        entry = {"name": t.name, "number": number, "score": t.score,
+                 "max_score": t.max_score,
+                 "output": _test_output(t), "visibility": t.visibility,
+                 "tags": [t.part, t.item]}
+        if t.status in ("passed", "failed"):  # pending: let Gradescope show the score
+            entry["status"] = t.status
+        tests.append(entry)
+    summary = []
+    if report.graded_file:
+        summary.append(f"Graded file: {report.graded_file['file']}. "
+                       f"{report.graded_file['why']}".rstrip(". ") + ".")
+    summary += [f"{PART_TITLES[p.name]}: {points(p.score)} / {points(p.max_score)}"
+                for p in report.parts]
+    if report.late:
+        penalty = round(report.late["raw_score"] - report.score, 2)
+        summary.append(f"Late: {report.late['message']} Total {points(report.late['raw_score'])}"
+                       f" -> {points(report.score)}.")
+        if penalty:  # an entry of its own, so that the tests still add up to the score
+            tests.append({"name": "Late penalty", "number": "3.1", "score": -penalty,
+                          "max_score": 0.0, "output": report.late["message"],
+                          "visibility": "visible", "tags": ["late"]})
+    return {
+        "score": report.score, "execution_time": report.execution_time,
+        "output": "\n".join(summary + [f"Note: {w}" for w in report.warnings]),
+        "output_format": "text", "test_output_format": "text",
+        "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
+    }
+
+
+def _numbered(tests: list[TestResult]):
+    counters: dict[str, int] = {}
+    for t in tests:
+        part_number = 1 if t.part == "multiple_choice" else 2
+        counters[t.part] = counters.get(t.part, 0) + 1
+        yield f"{part_number}.{counters[t.part]}", t
+
+
+def _test_output(t: TestResult) -> str:
+    lines = [t.message] if t.message else []
+    lines += t.feedback
+    if t.output:
+        lines += ["", "Your code printed:", t.output]
+    return "\n".join(lines)
+
+
+@dataclass
+class _FunctionRow:
+    name: str
+    score: float | None  # None: some of its results are not shown yet
+    max_score: float
+    tests: int
+
+
+@dataclass
+class _PartView:
+    name: str
+    failed: list[TestResult]
+    passed: list[TestResult]
+    withheld: int
+    common: str = ""  # one message shared by every failed item (say, no answers file)
+    pending: list[TestResult] = field(default_factory=list)  # 0 until a regrade on a GPU
+    after_due: int = 0  # of `withheld`: shown after the due date
+    functions: list[_FunctionRow] = field(default_factory=list)
+
+
+def _shown_now(visibility: str, due_passed: bool) -> bool:
+    return visibility == "visible" or (visibility == "after_due_date" and due_passed)
+
+
+def _due_passed(report: Report, now: datetime | None = None) -> bool:
+    if not report.due:
+        return False
+    try:
+        due = datetime.fromisoformat(report.due.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if due.tzinfo is None:
+        due = due.replace(tzinfo=timezone.utc)
+    return (now or datetime.now(timezone.utc)) >= due
+
+
+def _part_views(report: Report, now: datetime | None = None) -> list[_PartView]:
+    due_passed = _due_passed(report, now)
+    everything = shown_tests(report)
+    views = []
+    for part in report.parts:
+        tests = [t for t in everything if t.part == part.name]
+        shown = [t for t in tests if _shown_now(t.visibility, due_passed)]
+        failed = [t for t in shown if t.status == "failed"]
+        view = _PartView(part.name, failed, [t for t in shown if t.status == "passed"],
+                         len(tests) - len(shown),
+                         pending=[t for t in shown if t.status == "pending"],
+                         after_due=sum(1 for t in tests if t not in shown
+                                       and t.visibility == "after_due_date"))
+        messages = {t.message for t in failed}
+        if len(failed) == len(tests) > 3 and len(messages) == 1 and not any(t.feedback
+                                                                        for t in failed):
+            view.common, view.failed = f"All {len(failed)}: {messages.pop()}", []
+        for f in report.functions:
+            if f.part != part.name:
+                continue
+            hidden = any(not _shown_now(t.visibility, due_passed) for t in report.tests
+                         if t.item == f.name and t.part == f.part and t.status != "excluded")
+            view.functions.append(_FunctionRow(f.name, None if hidden else f.score,
+                                               f.max_score, f.tests))
+        views.append(view)
+    return views
+
+
+def write_outputs(report: Report, out: Path) -> Report:
+    """Write the four files; JSON is validated first, and each file is replaced atomically.
+
+    Returns the report as written: the same, or with printed output and messages cut so that
+    no file exceeds MAX_FILE_BYTES (callers keep that one, e.g. for the gradebook).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    written, files = report, _render(report)
+    for output_limit, message_limit in _SHRINK_STEPS:
+        if max(len(text.encode("utf-8")) for text in files.values()) <= MAX_FILE_BYTES:
+            break
+        written = _shrunk(report, output_limit, message_limit)
+        files = _render(written)
+    for name, text in files.items():
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out / name)
+    return written
+
+
+def _render(report: Report) -> dict[str, str]:
+    results, data = gradescope_results(report), asdict(report)
+    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(data, "report.schema.json", "report.json")
+    context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES}
+    return {
+        "results.json": json.dumps(results, indent=2),
+        "report.json": json.dumps(data, indent=2),
+        "report.md": _ENV.get_template("report.md.j2").render(context),
+        "report.html": _ENV.get_template("report.html.j2").render(context),
+    }
+
+
+def _shrunk(report: Report, output_limit: int, message_limit: int) -> Report:
+    def fit(t: TestResult) -> TestResult:
+        output = t.output
+        if len(output) > output_limit:
+            output = output[:output_limit] + "\n[output cut to keep the report small]"
+        return replace(t, output=output, message=clip(t.message, message_limit),
+                       feedback=[clip(line, message_limit) for line in t.feedback])
+
+    return replace(report, tests=[fit(t) for t in report.tests],
+                   warnings=[clip(w, message_limit) for w in report.warnings])

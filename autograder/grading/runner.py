@@ -1,0 +1,96 @@
+"""The trusted runner: runs an assignment's hidden pytest suite against one submission's sandbox.
+
+Started by `autograder.grading.grade` as `python -m autograder.grading.runner RESULTS_FD` with a
+`Job` as JSON on
+stdin; streams one JSON line per event to RESULTS_FD. It never imports student code: tests reach it
+only through the sandbox behind the `student` fixture.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.grading.pytest_plugin import GradingPlugin, Job, write_line
+from autograder.sandbox.isolation import detect
+
+# What the runner may use beyond its size once pytest and torch are imported. A reply is at
+# most 96 MiB and decodes to a few times that at most (see codec.loads and codec._tensor), so
+# honest grading never comes near; a hostile reply that did would fail its test with
+# MemoryError ("the result was too large to check", see pytest_plugin.describe_failure)
+# instead of taking the machine's memory, or the runner, down with it.
+MEMORY_HEADROOM = 3 << 30
+
+
+def limit_memory(headroom: int = MEMORY_HEADROOM) -> int | None:
+    """Cap this runner's address space (RLIMIT_AS, soft only, so that sandboxes it starts may
+    set their own); the limit set, or None on a GPU grader, where CUDA maps far more address
+    space than any such limit (the sandboxes' cgroups hold memory there)."""
+    import resource
+
+    if Path("/dev/nvidiactl").exists():
+        return None
+    try:
+        status = Path("/proc/self/status").read_text()
+        size = int(status.split("VmSize:", 1)[1].split()[0]) * 1024
+    except (OSError, IndexError, ValueError):
+        return None
+    limit = size + headroom
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
+
+
+def run(job: Job, results_fd: int) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # little math here; each thread would take address space too
+    limit_memory()
+    emit = write_line(results_fd)
+    emit({"event": "environment", "environment": environment()})
+    sys.path.insert(0, job.assignment_dir)  # hidden tests import the assignment's probes.py
+    ini = Path(job.output_dir) / "pytest.ini"
+    ini.write_text("[pytest]\n")  # ignore any project or submission configuration
+    # No third-party pytest plugins (what happens to be installed must not change grading;
+    # loading them took ~0.1 s a grading), no gc.collect() at the end (unraisableexception).
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    args = [job.tests_dir, "-c", str(ini), "--rootdir", job.tests_dir, "-q", "-p",
+            "no:cacheprovider", "-p", "no:unraisableexception", "--strict-markers",
+            "--import-mode=importlib", "-W", "ignore::DeprecationWarning"]
+    if not job.tracebacks:  # only an instructor keeping the work folder reads runner.log
+        args.append("--tb=line")
+    code = pytest.main(args, plugins=[GradingPlugin(job, emit)])
+    emit({"event": "done", "exit_code": int(code)})
+    return 0
+
+
+def environment() -> dict:
+    """Where grading runs, for the report."""
+    import platform
+
+    import torch
+
+    isolation = detect()
+    return {"gpus": torch.cuda.device_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "isolation": isolation.mode,
+            "protections": isolation.protections}
+
+
+def main() -> None:
+    # Not dumpable: a same-user process (a sandbox without isolation) cannot read this process's
+    # memory, environment or file descriptors through /proc.
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    os.umask(0o077)  # its logs (pytest's output) readable by the grader's user alone
+    job = Job(**json.load(sys.stdin))
+    sys.exit(run(job, int(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

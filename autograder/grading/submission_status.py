@@ -1,0 +1,244 @@
+"""What a TA needs to know about one graded submission, in one word and one line.
+
+`derive(report, error, events)` gives a `SubmissionStatus` from the report (report.json's
+content), the grader's own failure and the sandbox's event log:
+
+- `flagged`: hostile behaviour: a refused socket, a write outside the sandbox, a read of the
+  grader's files, a signal to the grader or to the sandbox's parent, an import hang, an
+  over-limit reply;
+- `grader_error`: the grader failed (no report), or could not run some checks;
+- `no_module`: no module in the submission;
+- `not_importable`: the module raised at import (a syntax or import error), with the error;
+- `timed_out`: tests ran out of time (how many);
+- `crashed`: tests ended with the worker dead (killed, exited, crashed) (how many);
+- `blank`: the template unchanged: no coding test passed, and each failed on
+  `NotImplementedError` or a missing function;
+- `ok`: none of the above.
+
+A status is one word (the first that applies, in the order above); `flags` keeps every hostile
+reason, whatever the status.
+
+Trust. Flags come from two sources. Most are the trusted side's own observations, found in the
+test messages that the trusted runner writes (a runner killed mid-test, a zygote killed, an
+import that hung, a reply over the size limit): student code can make these appear (its own
+exception message may say anything) but cannot remove them, and `flagged` outranks every other
+status, so a student can only ever add a flag to itself. The sandbox's audit hook also notes
+attempts the trusted side cannot see (a refused socket that the student code caught, a write to
+a read-only path, a read of a grader path) as marked lines in the zygote's log, a file on the
+grader's side the student never sees (`read_sandbox_events`). That log is written from inside
+the sandbox: student code may forge lines (flagging itself) or close its copy of the log (hiding
+its later attempts from it); it never changes a score and never clears a trusted observation.
+
+The student's report never mentions flags: they are kept next to it in `TA_EVENTS_FILE`, which
+the batch takes out before publishing the reports, and shown only in the TA's outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autograder.project.inert import clip, inert
+
+STATUSES = ("flagged", "grader_error", "no_module", "not_importable", "timed_out", "crashed",
+            "blank", "ok")
+NEEDS_A_LOOK = tuple(s for s in STATUSES if s != "ok")
+TITLES = {"flagged": "flagged", "grader_error": "grader error", "no_module": "no module",
+          "not_importable": "not importable", "timed_out": "timed out", "crashed": "crashed",
+          "blank": "blank", "ok": "ok"}
+
+TA_EVENTS_FILE = "ta-sandbox-events.json"  # next to the reports; taken out by the batch
+EVENT_MARK = b"autograder-sandbox-event "  # sandbox_runtime.worker.EVENT_MARK
+MAX_LOG_BYTES = 1 << 20  # read of one zygote log (the sandbox wrote it: bounded here)
+MAX_EVENTS = 40
+MAX_DETAIL = 300
+EVENT_REASONS = {
+    "network": "tried the network (refused)",
+    "write": "tried to write outside its sandbox",
+    "read": "tried to read the grader's files",
+    "signal": "sent a signal to the grader's processes",
+}
+
+# Trusted messages (written by the grader's runner and sandbox client, never by the sandbox).
+_IMPORT_HANG = ("importing your module took longer than", "during the import of your module")
+_FLAG_MESSAGES = {
+    "the grading process was killed during this test":
+        "killed the grading process (a signal to the grader)",
+    "ended when its sandbox's parent process was killed":
+        "killed its sandbox's parent process",
+    "sent back an unreadable reply": "sent a reply over the size limit or malformed",
+    "the result was too large to check": "sent a reply too large to check",
+    "is not allowed in the sandbox": "tried the network (refused)",
+    "the sandbox allows only IP and Unix sockets": "tried the network (refused)",
+}
+_TIMEOUTS = ("timed out after", "time limit ran out", "took longer than")
+_CRASHES = ("your code was killed by", "your code exited with status", "your code called sys.exit",
+            "your code stopped answering", "the grading process was killed")
+_NOT_IMPORTABLE = "your module could not be imported:"
+_GRADER_ERROR = "the grader could not run this check"
+_BLANK = ("NotImplementedError", "has no function named")
+
+
+@dataclass
+class SubmissionStatus:
+    status: str  # one of STATUSES
+    detail: str = ""  # one line for the TA: the import error, how many tests timed out, why
+    flags: list[str] = field(default_factory=list)  # every hostile reason seen
+    timed_out: int = 0  # coding tests that ran out of time
+    crashed: int = 0  # coding tests whose worker died
+
+    @property
+    def title(self) -> str:
+        return TITLES.get(self.status, self.status)
+
+    @property
+    def needs_a_look(self) -> bool:
+        return self.status != "ok"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> SubmissionStatus:
+        if not isinstance(data, dict) or data.get("status") not in STATUSES:
+            return cls("ok")
+        return cls(data["status"], str(data.get("detail", "")),
+                   [str(f) for f in data.get("flags", [])],
+                   int(data.get("timed_out", 0)), int(data.get("crashed", 0)))
+
+
+def derive(report: dict | None, error: str | None = None,
+           events: list[dict] | None = None) -> SubmissionStatus:
+    """The status of one grading: `report` is report.json's content (None when the grader
+    failed), `error` the grader's own failure, `events` the sandbox's (see read_sandbox_events)."""
+    flags = _event_flags(events or [])
+    if report is None or error is not None:
+        detail = error or "the grader wrote no report"
+        if flags:
+            return SubmissionStatus("flagged", f"{'; '.join(flags)} (and: {detail})", flags)
+        return SubmissionStatus("grader_error", clip(inert(detail), MAX_DETAIL))
+    coding = [t for t in report.get("tests", []) if t.get("part") == "coding"]
+    counted = [t for t in coding if t.get("status") in ("passed", "failed")]
+    failed = [t for t in counted if t.get("status") == "failed"]
+    messages = [str(t.get("message", "")) for t in failed]
+    for message in messages:
+        for needle, reason in _FLAG_MESSAGES.items():
+            if needle in message and reason not in flags:
+                flags.append(reason)
+        if any(n in message for n in _IMPORT_HANG) and "import hang" not in flags:
+            flags.append("import hang")
+    slow = sum(any(n in m for n in _TIMEOUTS) for m in messages)
+    dead = sum(any(n in m for n in _CRASHES) for m in messages)
+    found = SubmissionStatus("ok", flags=flags, timed_out=slow, crashed=dead)
+    problem = _module_problem(report, messages)
+    grader_errors = [t for t in failed if str(t.get("message", "")).startswith(_GRADER_ERROR)]
+    if flags:
+        found.status, found.detail = "flagged", "; ".join(flags)
+    elif grader_errors:
+        found.status = "grader_error"
+        found.detail = (f"the grader could not run {len(grader_errors)} check(s), e.g. "
+                        f"{grader_errors[0].get('name', '')}")
+    elif problem is not None:
+        found.status, found.detail = problem
+    elif slow:
+        found.status, found.detail = "timed_out", f"{slow} of {len(counted)} tests timed out"
+    elif dead:
+        found.status, found.detail = "crashed", f"{dead} of {len(counted)} tests crashed"
+    elif counted and len(failed) == len(counted) and all(
+            any(n in m for n in _BLANK) for m in messages):
+        found.status, found.detail = "blank", ("the template unchanged: its functions raise "
+                                               "NotImplementedError or are missing")
+    found.detail = clip(inert(found.detail), MAX_DETAIL)
+    return found
+
+
+def _module_problem(report: dict, messages: list[str]) -> tuple[str, str] | None:
+    # The grader's warning "coding part: <why>" says the module could not be found or read.
+    for warning in report.get("warnings", []):
+        if str(warning).startswith("coding part: "):
+            return "no_module", str(warning).removeprefix("coding part: ")
+    for message in messages:
+        if message.startswith(_NOT_IMPORTABLE):
+            return "not_importable", message.removeprefix(_NOT_IMPORTABLE).strip()
+    return None
+
+
+def _event_flags(events: list[dict]) -> list[str]:
+    flags: list[str] = []
+    for event in events:
+        reason = EVENT_REASONS.get(str(event.get("kind")), "unexpected sandbox event")
+        detail = clip(inert(str(event.get("detail", ""))), 120)
+        text = f"{reason}: {detail}" if detail else reason
+        if not any(f.startswith(reason) for f in flags):  # one line per kind
+            flags.append(text)
+    return flags
+
+
+# ----------------------------------------------------------------------------- the event log
+
+
+def read_sandbox_events(workdir: Path) -> list[dict]:
+    """The events the sandboxes of one grading noted in their zygote logs (`*-zygote.log` in
+    the grader's folder). The logs were written by sandbox processes: each is opened without
+    following links, read only when it is a regular file, and at most MAX_LOG_BYTES of it."""
+    events: list[dict] = []
+    try:
+        logs = sorted(p for p in workdir.iterdir() if p.name.endswith("-zygote.log"))
+    except OSError:
+        return events
+    for log in logs:
+        for raw in _bounded_read(log).split(b"\n"):
+            if not raw.startswith(EVENT_MARK) or len(events) >= MAX_EVENTS:
+                continue
+            try:
+                data = json.loads(raw[len(EVENT_MARK):])
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                events.append({"kind": clip(inert(str(data.get("kind", ""))), 40),
+                               "detail": clip(inert(str(data.get("detail", ""))), MAX_DETAIL)})
+    return events
+
+
+def _bounded_read(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, MAX_LOG_BYTES)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def keep_sandbox_events(workdir: Path, out: Path) -> None:
+    """Before the grader's folder goes: its sandbox events into OUT/TA_EVENTS_FILE (written
+    only when there are any), for the batch to record; no student report reads it."""
+    events = read_sandbox_events(workdir)
+    if not events:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{TA_EVENTS_FILE}.tmp"
+    tmp.write_text(json.dumps(events), encoding="utf-8")
+    os.replace(tmp, out / TA_EVENTS_FILE)
+
+
+def take_kept_events(folder: Path) -> list[dict]:
+    """The events keep_sandbox_events left in `folder`, removed from it (so they are never
+    published with the student's reports)."""
+    path = folder / TA_EVENTS_FILE
+    try:
+        data = json.loads(_bounded_read(path) or b"[]")
+    except ValueError:
+        data = [{"kind": "unreadable", "detail": "the sandbox event file could not be read"}]
+    path.unlink(missing_ok=True)
+    if not isinstance(data, list):
+        return []
+    return [e for e in data if isinstance(e, dict)][:MAX_EVENTS]

@@ -1,0 +1,322 @@
+"""Run an assignment's hidden suite on one submission, from the trusted parent.
+
+The parent starts the trusted runner (`autograder.grading.runner`) and reads its stream of events.
+If the
+runner dies (student code may kill it), the test in flight fails with an explanation and a new
+runner carries on with the rest, so one hostile test never costs the others. Every sandbox process
+group is killed before this returns.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from autograder.grading.pytest_plugin import Job
+from autograder.grading.results import CodingOutcome
+from autograder.grading.submission import SubmissionFiles
+from autograder.grading.warm_runner import ForkedChild, RunnerServer
+from autograder.project import budgets
+from autograder.project.assignment import Assignment
+from autograder.sandbox.cgroups import remove_left_by
+from autograder.sandbox.client import (
+    kill_if_same,
+    prepare_sandbox_dir,
+    process_start_time,
+    seconds_text,
+)
+from autograder.sandbox.isolation import UID_RANGE
+
+MAX_RUNNER_STARTS = 4
+
+
+class GradingError(RuntimeError):
+    """The assignment itself is broken (invalid hidden tests): an instructor's problem."""
+
+
+def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
+                     workdir: Path) -> tuple[list[CodingOutcome], list[str], dict]:
+    """Outcomes of every hidden test in collection order, warnings, and the runner's environment.
+
+    Never raises for a student's fault; GradingError means the hidden tests themselves are broken.
+    """
+    config = assignment.config
+    sandbox_dir = None
+    if files.module is not None:
+        sandbox_dir = prepare_sandbox_dir(files.module, config.module, assignment.probes, workdir)
+    timings = budgets.load(assignment.root)
+    job = Job(
+        tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
+        module_name=config.module, functions=config.functions, output_dir=str(workdir),
+        sandbox_dir=str(sandbox_dir) if sandbox_dir else None,
+        missing_reason=files.module_problem, limits=asdict(config.limits),
+        test_timeout=config.test_timeout, rank_retries=config.rank_retries,
+        visibility=config.coding.visibility,
+        timings=timings.tests if timings else {},
+        timings_calibration=timings.calibration if timings else None,
+        budget_factor=config.budget_factor, budget_floor=config.budget_floor,
+        tracebacks=bool(os.environ.get("AUTOGRADER_KEEP_WORKDIR")))
+    supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout)
+    try:
+        return supervisor.run()
+    finally:
+        recorder = _durations.get()
+        if recorder is not None:
+            recorder.update(supervisor.durations)
+            recorder["calibration"] = supervisor.job.machine_calibration
+
+
+# Set by the release self-check around its grading of the reference (see record_durations):
+# each hidden test's wall time, by nodeid, and the calibration workload's seconds.
+_durations: contextvars.ContextVar[dict | None] = contextvars.ContextVar("durations",
+                                                                         default=None)
+
+
+def record_durations(into: dict) -> contextvars.Token:
+    """Collect, into `into`, the duration of each hidden test graded in this thread (and
+    "calibration": the workload's seconds); `_durations.reset(token)` stops it."""
+    return _durations.set(into)
+
+
+def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
+    """The hidden tests as declared (name, function, points, visibility, gpu), validated."""
+    config = assignment.config
+    job = Job(tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
+              module_name=config.module, functions=config.functions, output_dir=str(workdir),
+              missing_reason="collection only", visibility=config.coding.visibility,
+              collect_only=True)
+    supervisor = _Supervisor(job, time.monotonic() + 300)
+    supervisor.run()
+    return supervisor.specs or []
+
+
+class _Supervisor:
+    def __init__(self, job: Job, deadline: float) -> None:
+        self.job, self.deadline = job, deadline
+        self.specs: list[dict] | None = None
+        self.results: dict[str, dict] = {}
+        self.warnings: list[str] = []
+        self.sandbox_pids: dict[int, str | None] = {}  # host pid -> its start time
+        self.sandbox_uids: set[int] = set()
+        self.environment: dict = {}
+        self.durations: dict[str, float] = {}  # nodeid -> seconds the test took
+        self.budgets: dict = {}
+
+    def run(self) -> tuple[list[CodingOutcome], list[str], dict]:
+        try:
+            for _ in range(MAX_RUNNER_STARTS):
+                if self._run_once() or time.monotonic() >= self.deadline:
+                    break
+        finally:
+            self._kill_sandboxes()
+        if self.specs is None:
+            raise GradingError("the hidden tests could not be collected (see messages above)")
+        outcomes = [self._outcome(spec) for spec in self.specs]
+        self.warnings += self._hang_warnings(outcomes)
+        # how this grading's test budgets were set (see autograder.project.budgets)
+        if self.budgets:
+            self.environment["time_budgets"] = self.budgets
+        return outcomes, self.warnings, self.environment
+
+    def _hang_warnings(self, outcomes: list[CodingOutcome]) -> list[str]:
+        """One line per function that hung: where it hung first, how many tests were not run."""
+        lines = []
+        for function, first in self.job.hung.items():
+            skipped = sum(1 for o in outcomes if o.message.startswith(
+                f"not run: {function} did not finish"))
+            lines.append(f"{function} did not finish within {seconds_text(first['seconds'])} s "
+                         f"in the test '{first['test']}' (the first to hang); "
+                         + (f"{skipped} later test{'s' if skipped != 1 else ''} that need it "
+                            f"were not run" if skipped else "no later test needed it"))
+        return lines
+
+    def _kill_sandboxes(self) -> None:
+        # Each sandbox leads its own process group; a dead runner cannot clean up after itself.
+        # Each is also killed by its pid (a zygote is PID 1 of its namespace: all goes with it)
+        # when it is still the process recorded, since it may have left its group (setsid).
+        for pid, started in self.sandbox_pids.items():
+            _kill_group(pid)
+            kill_if_same(pid, started)
+        # Without a PID namespace or a cgroup, a sandbox's descendant may have left every group:
+        # as root, each sandbox uid's processes are killed (uids are per submission).
+        for uid in self.sandbox_uids:
+            kill_uid(uid)
+
+    def _record_sandbox(self, pid: int) -> None:
+        self.sandbox_pids[pid] = process_start_time(pid)
+        uid = _uid_of(pid)
+        if uid is not None and UID_RANGE[0] <= uid <= UID_RANGE[1] and os.geteuid() == 0:
+            self.sandbox_uids.add(uid)
+
+    def _outcome(self, spec: dict) -> CodingOutcome:
+        result = self.results.get(spec["nodeid"]) or {
+            "status": "failed", "message": "this test did not run: grading was stopped by the "
+                                           "submission's time limit or repeated crashes"}
+        return CodingOutcome(
+            nodeid=spec["nodeid"], name=spec["name"], function=spec["function"],
+            points=spec["points"], visibility=spec["visibility"], gpu=spec["gpu"],
+            status=result["status"], message=result["message"],
+            output=result.get("output", ""), output_cut=result.get("output_cut", False))
+
+    def _run_once(self) -> bool:
+        """One runner process; True when it finished the suite."""
+        job = Job(**{**asdict(self.job), "skip": sorted(self.results)})
+        read_fd, write_fd = os.pipe()
+        _make_private(Path(job.output_dir))
+        # pytest's output: tracebacks quote hidden tests, so for the grader's user alone.
+        log_fd = os.open(Path(job.output_dir) / "runner.log",
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(log_fd, "ab") as log:
+            runner = _start_runner(job, write_fd, log)
+        os.close(write_fd)
+        current, finished, buffer = None, False, bytearray()
+        try:
+            while not finished:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    self.warnings.append("grading stopped at the submission's time limit")
+                    if current:
+                        self.results[current] = {
+                            "status": "failed",
+                            "message": "the submission's total time limit ran out during this test"}
+                    return True
+                if not select.select([read_fd], [], [], min(left, 1.0))[0]:
+                    continue
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    break
+                # Linear in the stream's size: only the new chunk is searched for line ends.
+                start = len(buffer)
+                buffer += chunk
+                if chunk.find(b"\n") < 0:
+                    continue
+                end = buffer.rfind(b"\n", start)
+                lines = bytes(buffer[:end]).split(b"\n")
+                del buffer[:end + 1]
+                for line in lines:
+                    event = json.loads(line)
+                    kind = event["event"]
+                    if kind == "collected" and self.specs is None:
+                        self.specs = event["tests"]
+                    elif kind == "error":
+                        raise GradingError(event["message"])
+                    elif kind == "environment":
+                        self.environment = event["environment"]
+                    elif kind == "start":
+                        current = event["nodeid"]
+                    elif kind == "sandbox":
+                        self._record_sandbox(int(event["pid"]))
+                    elif kind == "result":
+                        self.results[event["nodeid"]] = event
+                        # Times of passed tests only (a GPU test left out here took 0 s).
+                        if event.get("status") == "passed" and \
+                                type(event.get("duration")) in (int, float):
+                            self.durations[event["nodeid"]] = float(event["duration"])
+                        current = None
+                    elif kind == "hung":  # later runners of this grading know it too
+                        self.job.hung.setdefault(str(event["function"]), {
+                            "seconds": float(event["seconds"]), "test": str(event["test"]),
+                            "nodeid": str(event["nodeid"])})
+                    elif kind == "calibration":
+                        self.job.machine_calibration = float(event["seconds"])
+                        self.budgets = {
+                            "machine_factor": round(float(event["factor"]), 2),
+                            "calibration_seconds": round(float(event["seconds"]), 3),
+                            "k": self.job.budget_factor, "floor_seconds": self.job.budget_floor}
+                    elif kind == "done":
+                        finished = True
+        finally:
+            os.close(read_fd)
+            _kill_group(runner.pid)
+            runner.wait()
+            remove_left_by(runner.pid)
+        if not finished and current is not None:
+            self.results[current] = {
+                "status": "failed", "message": f"the grading process was killed during this test "
+                                               f"({_ended(runner.returncode)}); did your code kill "
+                                               f"its parent process?"}
+        return finished
+
+
+# Set by a batch worker (see batch_worker.warm_up): runners are then forked warm from it.
+runner_server: RunnerServer | None = None
+
+
+def _start_runner(job: Job, write_fd: int, log) -> subprocess.Popen | ForkedChild:
+    payload = json.dumps(asdict(job))
+    if runner_server is not None and runner_server.alive:
+        forked = runner_server.spawn(payload, write_fd, log.fileno())
+        if forked is not None:
+            return forked
+    runner = subprocess.Popen(
+        # -I: neither the working folder nor PYTHON* variables reach sys.path, so nothing a
+        # sandbox could write there is ever imported as (part of) the runner.
+        [sys.executable, "-I", "-m", "autograder.grading.runner", str(write_fd)],
+        stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
+        start_new_session=True, cwd=job.output_dir)
+    runner.stdin.write(payload.encode())
+    runner.stdin.close()
+    return runner
+
+
+def _make_private(workdir: Path) -> None:
+    """The grader's own files in its folder (the upload, a converted notebook, logs) readable
+    by the grader's user alone: the folder itself stays passable (0711) so that sandbox users
+    reach their own folders, but in `uid` mode they could otherwise read what lies next to them.
+    Sandbox folders are left as they are (they belong to their sandbox users)."""
+    for entry in workdir.iterdir():
+        if entry.name.startswith(("sandbox-", "mnt-")) or entry.is_symlink():
+            continue
+        try:
+            entry.chmod(0o700 if entry.is_dir() else 0o600)
+        except OSError:
+            pass
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid` (root only): a child that takes that uid and calls
+    kill(-1), which the kernel delivers to all of the uid's processes at once (a process
+    killed mid-fork leaves no child behind)."""
+    if os.geteuid() != 0:
+        return
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            except BaseException:  # noqa: BLE001, S110 - nothing to kill is fine
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def _ended(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,114 @@
+"""grading.yml: loaded, validated against schemas/grading.schema.json, as dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from autograder.grading.late import LatePolicy, parse_timestamp
+from autograder.project.paths import GRADING_CONFIG
+from autograder.project.schemas import SchemaError, validate, with_defaults
+from autograder.sandbox.client import SandboxLimits
+
+
+class ConfigError(ValueError):
+    """grading.yml is missing, malformed or does not match its schema."""
+
+
+@dataclass(frozen=True)
+class PartConfig:
+    points: float
+    visibility: str
+
+
+@dataclass(frozen=True)
+class AssignmentConfig:
+    name: str
+    title: str
+    module: str
+    due: str | None
+    multiple_choice: PartConfig
+    reveal_key: bool
+    coding: PartConfig
+    functions: dict[str, float]
+    show_student_output: bool
+    call_timeout: float
+    test_timeout: float
+    submission_timeout: float
+    limits: SandboxLimits
+    gpu_policy: str
+    rank_retries: int
+    budget_factor: float = 0.0  # k of a test's calibrated budget (0: flat `test_timeout`)
+    budget_floor: float = 5.0  # the least a calibrated budget may be, in seconds
+    late: LatePolicy = field(default_factory=LatePolicy)  # grading.yml's `late` (batch grading)
+    # Visibility of unanswered and malformed answers (`multiple_choice.visibility` is that of
+    # right and wrong ones): see parts.multiple_choice.problems_visibility in the schema.
+    answer_problems_visibility: str = "visible"
+
+
+def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
+    """Every assignment of a grading.yml, validated; errors name the path of the bad key."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    try:
+        validate(raw, "grading.schema.json", path.name)
+    except SchemaError as exc:
+        raise ConfigError(str(exc)) from None
+    raw = with_defaults(raw, "grading.schema.json")
+    return {name: _assignment(name, a) for name, a in raw["assignments"].items()}
+
+
+def assignment_config(name: str, path: Path = GRADING_CONFIG) -> AssignmentConfig:
+    configs = load_config(path)
+    if name not in configs:
+        raise ConfigError(f"{path.name} has no assignment {name!r} (it has: "
+                          f"{', '.join(sorted(configs))})")
+    return configs[name]
+
+
+def _assignment(name: str, a: dict) -> AssignmentConfig:
+    mc, coding = a["parts"]["multiple_choice"], a["parts"]["coding"]
+    total = sum(coding["functions"].values())
+    if abs(total - coding["points"]) > 1e-9:
+        raise ConfigError(f"grading.yml: assignments.{name}.parts.coding.functions add up to "
+                          f"{total:g}, but parts.coding.points is {coding['points']:g}")
+    parts = mc["points"] + coding["points"]
+    if abs(parts - a["total"]) > 1e-9:
+        raise ConfigError(f"grading.yml: assignments.{name}: the parts add up to {parts:g} points "
+                          f"(multiple_choice {mc['points']:g} + coding {coding['points']:g}), but "
+                          f"its total is {a['total']:g}")
+    limits, timeouts, late = a["limits"], a["timeouts"], a["late"]
+    if a.get("due") is not None:
+        try:
+            parse_timestamp(a["due"])
+        except ValueError as exc:
+            raise ConfigError(f"grading.yml: assignments.{name}.due: {exc}") from None
+    if late["policy"] != "none" and not a.get("due"):
+        raise ConfigError(f"grading.yml: assignments.{name}.late.policy is {late['policy']!r}, "
+                          f"but the assignment has no due date (set assignments.{name}.due)")
+    return AssignmentConfig(
+        name=name, title=a["title"], module=a["module"], due=a.get("due"),
+        multiple_choice=PartConfig(mc["points"], mc["visibility"]), reveal_key=mc["reveal_key"],
+        coding=PartConfig(coding["points"], coding["visibility"]),
+        functions=dict(coding["functions"]), show_student_output=coding["show_student_output"],
+        call_timeout=timeouts["call"], test_timeout=timeouts["test"],
+        submission_timeout=timeouts["submission"],
+        limits=SandboxLimits(
+            call_timeout=timeouts["call"], memory_bytes=limits["memory_mb"] << 20,
+            cpu_seconds=limits["cpu_seconds"], max_file_bytes=limits["file_mb"] << 20,
+            max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
+            disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"]),
+        gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
+        budget_factor=float(timeouts["budget_factor"]),
+        budget_floor=float(timeouts["budget_floor"]),
+        answer_problems_visibility=mc["problems_visibility"],
+        late=LatePolicy(policy=late["policy"], percent_per_day=float(late["percent_per_day"]),
+                        max_days=late.get("max_days"),
+                        grace_minutes=float(late["grace_minutes"])),
+    )

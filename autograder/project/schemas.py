@@ -1,0 +1,69 @@
+"""The project's JSON Schemas: loading, validation with readable errors, and their defaults."""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from typing import Any
+
+import jsonschema
+
+from autograder.project.paths import SCHEMAS_DIR
+
+
+class SchemaError(ValueError):
+    """A document does not match its schema; the message names the path of each bad key."""
+
+
+@cache
+def load_schema(name: str) -> dict:
+    return json.loads((SCHEMAS_DIR / name).read_text())
+
+
+def validate(document: Any, schema_name: str, label: str) -> None:
+    """Raise SchemaError listing every problem as 'label: a.b.c: message'."""
+    schema = load_schema(schema_name)
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path)))
+    if errors:
+        lines = [f"{label}: {'.'.join(map(str, e.path)) or '(top level)'}: {e.message}"
+                 for e in errors]
+        raise SchemaError("\n".join(lines))
+
+
+def with_defaults(document: Any, schema_name: str) -> Any:
+    """A copy of `document` with every missing key that has a schema default filled in."""
+    schema = load_schema(schema_name)
+    return _fill(copy.deepcopy(document), schema, schema)
+
+
+def _fill(value: Any, node: dict, root: dict) -> Any:
+    node = _deref(node, root)
+    if not isinstance(value, dict):
+        return value
+    for key, sub in node.get("properties", {}).items():
+        sub = _deref(sub, root)
+        if key not in value and "default" in sub:
+            value[key] = copy.deepcopy(sub["default"])
+        if key in value:
+            value[key] = _fill(value[key], sub, root)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in value:
+            if key not in node.get("properties", {}):
+                value[key] = _fill(value[key], extra, root)
+    return value
+
+
+def _deref(node: dict, root: dict) -> dict:
+    # A node's own keywords (its "default") sit beside its "$ref" and win over the target's.
+    return {**_resolve(node["$ref"], root), **node} if "$ref" in node else node
+
+
+def _resolve(ref: str, root: dict) -> dict:
+    node = root
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node

@@ -1,0 +1,357 @@
+"""Load and validate an assignment's multiple-choice question bank; derive its answers schema.
+
+The bank (``assignments/<name>/questions.yml``) holds the key, so only trusted code reads it.
+Validation is two-layered: ``schemas/questions.schema.json`` for shape, then checks that need a
+whole question (letters consecutive from A, answers among the options, feedback for exactly the
+wrong options, unique ids, regexes that compile). Every error names the question and the key.
+`bank_warnings` adds what is legal but gives answers away: keys piled on a few letters, or the
+key too often the longest (or the shortest) option; `load_bank` issues them as
+`QuestionBankWarning`s, so `autograder validate` shows them without failing.
+
+Regenerate the committed answers schema with ``python -m autograder.questions.bank``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import sys
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from autograder.project.paths import ASSIGNMENTS_DIR, SCHEMAS_DIR
+from autograder.questions.snippets import ENVIRONMENTS
+
+QUESTIONS_SCHEMA_PATH = SCHEMAS_DIR / "questions.schema.json"
+ANSWERS_SCHEMA_PATH = SCHEMAS_DIR / "answers.schema.json"
+DEFAULT_ASSIGNMENT = "dp_basics"
+
+
+class QuestionBankError(ValueError):
+    """The bank is unusable; ``errors`` lists every problem found, each naming where it is."""
+
+    def __init__(self, path: Path | str, errors: list[str]) -> None:
+        self.path = str(path)
+        self.errors = errors
+        super().__init__(f"{path}: invalid question bank:\n  " + "\n  ".join(errors))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a snippet does on one kind of machine: prints ``stdout`` or raises."""
+
+    stdout: str | None = None
+    raises: tuple[str, ...] = ()  # any of these exception class names
+    match: str | None = None  # regex searched in the exception message
+
+
+@dataclass(frozen=True)
+class Snippet:
+    code: str
+    expect: dict[str, Outcome]  # keyed by environment: no_gpu, one_gpu, multi_gpu
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    number: int  # 1-based position in the bank, for titles such as "Q3 q03"
+    source: str
+    topic: str
+    stem: str
+    options: dict[str, str]
+    answer: tuple[str, ...]
+    multiple: bool
+    points: float
+    hint: str
+    explanation: str
+    feedback: dict[str, str]
+    code: str | None = None
+    snippet: Snippet | None = None
+
+    @property
+    def title(self) -> str:
+        return f"Q{self.number} {self.id}"
+
+    @property
+    def letters(self) -> tuple[str, ...]:
+        return tuple(self.options)
+
+
+@dataclass
+class QuestionBank:
+    assignment: str
+    questions: list[Question]
+    verified_with: str | None = None
+    warnings: list[str] = field(default_factory=list)  # bank_warnings(): legal, but cues
+    by_id: dict[str, Question] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_id = {q.id: q for q in self.questions}
+
+    @property
+    def total_points(self) -> float:
+        return sum(q.points for q in self.questions)
+
+
+def bank_path(assignment: str = DEFAULT_ASSIGNMENT) -> Path:
+    return ASSIGNMENTS_DIR / assignment / "questions.yml"
+
+
+def _questions_schema() -> dict[str, Any]:
+    return json.loads(QUESTIONS_SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _where(data: Any, path: list[Any]) -> str:
+    """'question 'some_id' (questions[3]) at feedback.C' for a path into the bank."""
+    if len(path) >= 2 and path[0] == "questions" and isinstance(path[1], int):
+        index = path[1]
+        item = data["questions"][index] if isinstance(data.get("questions"), list) else None
+        qid = item.get("id") if isinstance(item, dict) else None
+        head = f"question {qid!r} (questions[{index}])" if qid else f"questions[{index}]"
+        rest = ".".join(str(p) for p in path[2:])
+        return f"{head} at {rest}" if rest else head
+    return ".".join(str(p) for p in path) or "top level"
+
+
+def _schema_errors(data: Any) -> list[str]:
+    validator = jsonschema.Draft202012Validator(_questions_schema())
+    errors = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.path))):
+        # oneOf/anyOf failures say little; the closest sub-error says what to fix.
+        best = jsonschema.exceptions.best_match(error.context) if error.context else error
+        path = list(error.absolute_path) if best is error else list(best.absolute_path)
+        where = _where(data, path) if isinstance(data, dict) else "top level"
+        errors.append(f"{where}: {best.message}")
+    return errors
+
+
+def _question_errors(index: int, raw: dict[str, Any]) -> list[str]:
+    """Checks that span several keys of one (schema-valid) question."""
+    qid = raw["id"]
+    head = f"question {qid!r} (questions[{index}])"
+    errors = []
+    letters = list(raw["options"])
+    expected = list(string.ascii_uppercase[: len(letters)])
+    if letters != expected:
+        errors.append(f"{head} at options: letters must be consecutive from A in order "
+                      f"({', '.join(expected)}), got {', '.join(letters)}")
+    unknown = [a for a in raw["answer"] if a not in raw["options"]]
+    if unknown:
+        errors.append(f"{head} at answer: {', '.join(unknown)} not among the options "
+                      f"({', '.join(letters)})")
+    wrong = [x for x in letters if x not in raw["answer"]]
+    if not wrong:
+        errors.append(f"{head} at answer: every option is accepted; a question needs a wrong one")
+    missing = [x for x in wrong if x not in raw["feedback"]]
+    if missing:
+        errors.append(f"{head} at feedback: missing for wrong option(s) {', '.join(missing)}")
+    extra = [x for x in raw["feedback"] if x not in wrong]
+    if extra:
+        errors.append(f"{head} at feedback: {', '.join(extra)} is not a wrong option "
+                      "(feedback is only for wrong options)")
+    snippet = raw.get("snippet")
+    if snippet:
+        for env in ENVIRONMENTS:
+            pattern = snippet["expect"][env].get("match")
+            if pattern is None:
+                continue
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                errors.append(f"{head} at snippet.expect.{env}.match: bad regex: {exc}")
+    return errors
+
+
+def validate_bank_data(data: Any) -> list[str]:
+    """Every problem with parsed bank data; empty when it is a valid bank."""
+    if not isinstance(data, dict):
+        return [f"top level: expected a mapping with 'assignment' and 'questions', "
+                f"got {type(data).__name__}"]
+    errors = _schema_errors(data)
+    if errors:
+        return errors  # the cross-key checks below assume the schema's shape
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(data["questions"]):
+        if raw["id"] in seen:
+            errors.append(f"question {raw['id']!r} (questions[{index}]) at id: duplicate of "
+                          f"questions[{seen[raw['id']]}]")
+        seen.setdefault(raw["id"], index)
+        errors.extend(_question_errors(index, raw))
+    return errors
+
+
+def _outcome(raw: dict[str, Any]) -> Outcome:
+    raises = raw.get("raises", ())
+    return Outcome(
+        stdout=raw.get("stdout"),
+        raises=(raises,) if isinstance(raises, str) else tuple(raises),
+        match=raw.get("match"),
+    )
+
+
+def bank_from_data(data: Any, source: Path | str = "<data>") -> QuestionBank:
+    errors = validate_bank_data(data)
+    if errors:
+        raise QuestionBankError(source, errors)
+    questions = []
+    for number, raw in enumerate(data["questions"], start=1):
+        snippet = None
+        if "snippet" in raw:
+            expect = {env: _outcome(raw["snippet"]["expect"][env]) for env in ENVIRONMENTS}
+            snippet = Snippet(code=raw["snippet"]["code"], expect=expect)
+        questions.append(Question(
+            id=raw["id"], number=number, source=raw["source"], topic=raw["topic"],
+            stem=raw["stem"], options=dict(raw["options"]), answer=tuple(raw["answer"]),
+            multiple=raw["multiple"], points=float(raw["points"]), hint=raw["hint"],
+            explanation=raw["explanation"], feedback=dict(raw["feedback"]),
+            code=raw.get("code"), snippet=snippet,
+        ))
+    return QuestionBank(data["assignment"], questions, data.get("verified_with"))
+
+
+class QuestionBankWarning(UserWarning):
+    """The bank is valid but gives answers away (see `bank_warnings`)."""
+
+
+BALANCE_MIN_QUESTIONS = 8  # fewer single-answer questions: too few to judge a pattern
+
+
+def bank_warnings(bank: QuestionBank) -> list[str]:
+    """Cues in the key of the single-answer questions, compared with what chance gives.
+
+    Warns when a letter is keyed more than twice, or less than half, as often as chance would
+    key it (each question giving each of its letters 1/n), and when the key is the longest (or
+    joint longest) option, or the shortest, in more than 1.5 times the questions chance would
+    make it so. Options all of one length count for neither.
+    """
+    single = [q for q in bank.questions if not q.multiple]
+    if len(single) < BALANCE_MIN_QUESTIONS:
+        return []
+    chance: Counter[str] = Counter()
+    keyed: Counter[str] = Counter()
+    longest = shortest = 0
+    by_length = 0.0
+    for q in single:
+        for letter in q.letters:
+            chance[letter] += 1 / len(q.letters)
+        for letter in q.answer:
+            keyed[letter] += 1 / len(q.answer)
+        length = {x: len(" ".join(text.split())) for x, text in q.options.items()}
+        if len(set(length.values())) == 1:
+            continue
+        by_length += 1 / len(q.letters)
+        wrong = [length[x] for x in q.letters if x not in q.answer]
+        longest += max(length[x] for x in q.answer) >= max(wrong)
+        shortest += min(length[x] for x in q.answer) <= min(wrong)
+    found = []
+    skewed = [x for x, expected in chance.items() if expected >= 2
+              and not expected / 2 <= keyed[x] <= 2 * expected]
+    if skewed:
+        counts = ", ".join(f"{x} {keyed[x]:g}" for x in sorted(chance) if chance[x] >= 2)
+        found.append(f"keyed letters are unbalanced over the {len(single)} single-answer "
+                     f"questions: {counts} (chance: about {chance['A']:.1f} each); spread the "
+                     "keys over the letters")
+    for count, what in ((longest, "longest"), (shortest, "shortest")):
+        if count > 1.5 * by_length:
+            found.append(f"the key is the {what} option (or joint {what}) in {count} of "
+                         f"{len(single)} single-answer questions (chance: about "
+                         f"{by_length:.1f}); vary the options' lengths so that length gives "
+                         "nothing away")
+    return found
+
+
+def load_bank(path: Path | None = None) -> QuestionBank:
+    """Load and validate a bank; raises QuestionBankError listing every problem."""
+    path = path or bank_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise QuestionBankError(path, [f"cannot read: {exc.strerror or exc}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise QuestionBankError(path, [f"{where}YAML error: {problem}"]) from None
+    bank = bank_from_data(data, path)
+    bank.warnings = bank_warnings(bank)
+    for warning in bank.warnings:
+        warnings.warn(f"{path}: {warning}", QuestionBankWarning, stacklevel=2)
+    return bank
+
+
+def answers_schema(bank: QuestionBank) -> dict[str, Any]:
+    """JSON Schema for a student's answers file, keyed by question id.
+
+    It describes answers after normalisation (autograder.questions.answers.normalise_answer):
+    letters are stripped and upper-cased, so "b" and " B" are both B; for a single-answer question
+    a list of exactly one letter counts as that letter, for a select-all question one letter
+    counts as a one-element list; null, "" and [] mean unanswered.
+    """
+    properties: dict[str, Any] = {}
+    for q in bank.questions:
+        letters = list(q.letters)
+        if q.multiple:
+            properties[q.id] = {
+                "title": q.title,
+                "description": f"select all that apply: a list of distinct letters from "
+                               f"{letters[0]}-{letters[-1]}",
+                "type": ["array", "null"],
+                "items": {"enum": letters},
+                "minItems": 1,
+                "maxItems": len(letters),
+                "uniqueItems": True,
+            }
+        else:
+            properties[q.id] = {
+                "title": q.title,
+                "description": f"one letter from {letters[0]}-{letters[-1]}",
+                "enum": [*letters, None],
+            }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://autograder.local/schemas/answers.schema.json",
+        "title": f"Multiple-choice answers for {bank.assignment}",
+        "description": (
+            "answers.yml or answers.json: question id -> letter (or list of letters for "
+            "select-all questions). Letters are case-insensitive: the grader strips and "
+            "upper-cases them before validating against this schema; a one-letter list for a "
+            "single-answer question, or one letter for a select-all question, is accepted too. "
+            "Leaving a question out, null, \"\" or [] means unanswered."
+        ),
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def render_answers_schema(bank: QuestionBank) -> str:
+    return json.dumps(answers_schema(bank), indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write schemas/answers.schema.json from the bank; with --check, only report drift."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = render_answers_schema(load_bank())
+    if "--check" in argv:
+        current = ANSWERS_SCHEMA_PATH.read_text(encoding="utf-8") if \
+            ANSWERS_SCHEMA_PATH.exists() else ""
+        if current != text:
+            print(f"{ANSWERS_SCHEMA_PATH} is out of date; run python -m autograder.questions.bank")
+            return 1
+        return 0
+    ANSWERS_SCHEMA_PATH.write_text(text, encoding="utf-8")
+    print(f"wrote {ANSWERS_SCHEMA_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

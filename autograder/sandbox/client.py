@@ -1,0 +1,819 @@
+"""Trusted side of the sandbox: start sandbox processes, send requests, read replies safely.
+
+A sandbox is a separate `python -I -S -B` process whose sys.path holds the standard library,
+site-packages and the sandbox folder (the student's files, the assignment's `probes.py` and the
+worker). Replies are JSON decoded by `codec.decode`; a crash, exit or hang becomes a
+`SandboxFailure` naming what the student's code was doing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import fcntl
+import json
+import os
+import pickle
+import py_compile
+import queue
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import termios
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autograder.sandbox.cgroups import Cgroup
+from autograder.sandbox.isolation import (
+    Isolation,
+    detect,
+    launch_spec,
+    prepare_folder,
+    sandbox_ids,
+    wrap,
+)
+from autograder.sandbox.launcher import install_seccomp
+from autograder.sandbox_runtime import codec, wire
+
+RUNTIME_PACKAGE = "agsandbox"
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+# Called with the pid of every sandbox process started, so its group can be killed later even
+# if the process that started it dies first.
+on_process_start: Callable[[int], None] | None = None
+_RUNTIME_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_runtime"
+
+
+class SandboxFailure(Exception):
+    """Student code crashed, exited, hung or could not be imported or checked."""
+
+
+class SandboxTimeout(SandboxFailure):
+    """Student code did not answer within its time limit (`seconds`) during `what` (a call, a
+    scenario, the import): it was killed. A function that hung once is not run again (see
+    pytest_plugin.GradingPlugin.hung)."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what = seconds, what
+        super().__init__(f"timed out after {seconds_text(seconds)} s during {what}")
+
+
+class ImportHang(SandboxFailure):
+    """The student's module did not finish importing in time: no function is to blame, and no
+    test runs after it (see Sandbox._import_hang)."""
+
+
+def seconds_text(seconds: float) -> str:
+    """'12', '3', '1.5', '0.4': tenths below 10 s when they are not 0."""
+    if seconds >= 9.95:
+        return f"{seconds:.0f}"
+    return f"{seconds:.1f}".removesuffix(".0")
+
+
+class StudentError(Exception):
+    """An exception raised by student code, re-raised in the trusted test as plain data."""
+
+    def __init__(self, function: str, info: dict) -> None:
+        self.function = function
+        self.type_names = _strings(info.get("type_names"))[:20] or ["Exception"]
+        self.qualified_names = _strings(info.get("qualified"))[:20]
+        flags = info.get("builtin")
+        self.builtin_flags = [v is True for v in flags][:20] if type(flags) is list else []
+        self.type_name = self.type_names[0][:200]
+        self.message = str(info.get("message", ""))[:4000]
+        self.where = str(info.get("where", ""))[:500]
+        super().__init__(f"{function} raised {self.type_name}: {self.message}")
+
+    def is_a(self, type_name: str) -> bool:
+        """True if the student's exception is (a subclass of) the named type: a built-in one
+        for a bare name ('ValueError'), so a student's own class of that name does not count.
+
+        A bare name must be a real built-in exception here, and the sandbox must have found that
+        class in the exception's MRO by identity (`codec.encode_exception`): a class that only
+        claims `__module__ = "builtins"` does not count. (Student code that patches the encoder
+        can still forge the flag, but it could as well raise the real built-in class: a forged
+        reply can claim nothing an honest one could not.)"""
+        if "." in type_name:
+            return type_name in self.qualified_names
+        real = getattr(builtins, type_name, None)
+        if not (isinstance(real, type) and issubclass(real, BaseException)):
+            return False
+        wanted = f"builtins.{type_name}"
+        return any(name == wanted and i < len(self.builtin_flags) and self.builtin_flags[i]
+                   for i, name in enumerate(self.qualified_names))
+
+
+class _EndedEarlier(Exception):
+    """The worker had already ended before the request was sent."""
+
+
+class _Malformed(SandboxFailure):
+    """A reply that does not follow the protocol: the sandbox is restarted."""
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if type(value) is list else []
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits applied to every sandbox process (from grading.yml)."""
+
+    call_timeout: float = 10.0
+    memory_bytes: int = 4 << 30
+    cpu_seconds: int = 120
+    max_file_bytes: int = 64 << 20
+    max_open_files: int = 256
+    max_processes: int = 256
+    disk_bytes: int = 256 << 20
+    output_bytes: int = 1 << 20
+
+
+def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path | None,
+                        parent: Path) -> Path:
+    """A fresh folder holding only a copy of the student's module, the probes and the worker."""
+    root = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
+    if module_file is not None:
+        shutil.copyfile(module_file, root / f"{module_name}.py")
+    if probes is not None:
+        shutil.copyfile(probes, root / "probes.py")
+        # Compiled here, once (trusted code): every worker imports probes, and sandboxes never
+        # write bytecode, so each would compile it again (about 8 ms for dp_basics', 40 to 50
+        # workers a grading). Student code owns this folder and could change either file, as
+        # it could change probes.py itself: probes are never trusted (see ARCHITECTURE.md).
+        py_compile.compile(str(root / "probes.py"), doraise=True, quiet=1,
+                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    shutil.copytree(_RUNTIME_SOURCE, root / RUNTIME_PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "tmp").mkdir()
+    return root
+
+
+def _site_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def _boot(sandbox_dir: Path) -> str:
+    # Student folder last, so its files can never shadow the standard library or torch.
+    search = [*_site_dirs(), str(sandbox_dir)]
+    return (f"import sys; sys.path.extend({search!r}); sys.argv[0] = 'sandbox'; "
+            f"from {RUNTIME_PACKAGE}.worker import main; main(sys.argv[1:])")
+
+
+def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
+    """A scrubbed environment: no tokens or secrets, only what torch needs."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox_dir),
+        "TMPDIR": str(sandbox_dir / "tmp"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+        # gloo rendezvous stays on loopback.
+        "GLOO_SOCKET_IFNAME": "lo", "TORCHINDUCTOR_CACHE_DIR": str(sandbox_dir / "tmp"),
+    }
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def rlimits(limits: SandboxLimits) -> dict[str, int]:
+    """The resource limits of every sandbox process, by `resource` constant name."""
+    # CUDA maps far more address space than any sane RLIMIT_AS: on a GPU grader the cgroup
+    # holds the memory limit (if there is none, memory is not limited, and reports say so).
+    address_space = resource.RLIM_INFINITY if gpu_device_present() else limits.memory_bytes
+    return {"RLIMIT_AS": address_space, "RLIMIT_CPU": limits.cpu_seconds,
+            "RLIMIT_FSIZE": limits.max_file_bytes, "RLIMIT_NOFILE": limits.max_open_files,
+            "RLIMIT_CORE": 0}
+
+
+def enter_limits(values: dict[str, int], cgroup_procs: list[str]) -> None:
+    """Put this process in its cgroup and under its limits (between fork and exec, or before a
+    warm zygote enters its namespaces): only simple calls."""
+    for procs in cgroup_procs:
+        with open(procs, "w") as f:
+            f.write("0")  # this process, and all it starts, into the sandbox's cgroup
+    for name, value in values.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long writes fail, not kill
+
+
+def _limit(limits: SandboxLimits, cgroup: Cgroup | None,
+           isolation_none: bool = False) -> Callable[[], None]:
+    values, procs = rlimits(limits), cgroup.procs_files if cgroup else []
+
+    def apply() -> None:
+        enter_limits(values, procs)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner that started it
+        if isolation_none:  # else the isolation launcher does it, after building the view
+            _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            install_seccomp()
+    return apply
+
+
+# What the trusted processes of one grading may need beside its sandboxes: the parent (no
+# torch) and the runner (pytest and torch imported), measured at about 90 + 260 MB RSS on the
+# reference (bench/worst_cases.py), with room for a large reply being decoded.
+TRUSTED_RESERVE = 400 << 20
+MIN_SANDBOX_MEMORY = 256 << 20
+
+
+def container_memory_limit() -> int | None:
+    """The memory limit of the cgroup this grader runs in (the tightest of its ancestors:
+    Gradescope's container, Docker's --memory), or None when there is none."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    found: list[int] = []
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if names == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():  # v2
+            folder = Path("/sys/fs/cgroup") / path.lstrip("/")
+            while True:
+                found += _limit_in(folder / "memory.max")
+                if folder == Path("/sys/fs/cgroup") or folder == folder.parent:
+                    break
+                folder = folder.parent
+        elif "memory" in names.split(","):  # v1: the kernel sums up the ancestors for us
+            try:
+                stat = (Path("/sys/fs/cgroup/memory") / path.lstrip("/") /
+                        "memory.stat").read_text()
+            except OSError:
+                continue
+            for entry in stat.splitlines():
+                if entry.startswith("hierarchical_memory_limit "):
+                    found += _limit_in(None, entry.split()[1])
+    return min(found) if found else None
+
+
+def _limit_in(path: Path | None, text: str | None = None) -> list[int]:
+    try:
+        value = (text if text is not None else path.read_text()).strip()
+        number = int(value)
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [number] if number < (1 << 50) else []  # "max" or the v1 page-rounded infinity
+
+
+def sandbox_memory_bytes(configured: int, share: int | None = None) -> int:
+    """The memory limit of one sandbox's cgroup: grading.yml's, or less when this grader's own
+    container is smaller. Then a submission that takes all the memory it can is killed inside
+    its sandbox and the grader, which writes results.json, never is. `share`: sandboxes that
+    may run at once (batch workers, AUTOGRADER_SANDBOX_SHARE), each with its trusted processes.
+    """
+    limit = container_memory_limit()
+    if limit is None:
+        return configured
+    if share is None:
+        try:
+            share = max(1, int(os.environ.get("AUTOGRADER_SANDBOX_SHARE", "1")))
+        except ValueError:
+            share = 1
+    room = (limit - share * TRUSTED_RESERVE) // share
+    return max(MIN_SANDBOX_MEMORY, min(configured, room))
+
+
+def gpu_device_present() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
+# Set in a runner forked by a warm runner server (autograder.grading.warm_runner): zygotes are then
+# forked by that server, which has torch imported and has never seen a submission or a test.
+warm_zygotes = None
+
+
+def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path: Path,
+          pass_fds: tuple[int, ...], isolation: Isolation, ids: tuple[int, int] | None,
+          cgroup: Cgroup | None) -> subprocess.Popen:
+    """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
+    env = sandbox_env(sandbox_dir)
+    mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
+    if warm_zygotes is not None and isolation.mode == "namespaces" and argv[0] == "zygote":
+        spec = launch_spec(sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
+                           limits.disk_bytes)
+        with open(output_path, "ab") as out:
+            warm = warm_zygotes.start(spec, rlimits(limits),
+                                      cgroup.procs_files if cgroup else [], int(argv[1]),
+                                      out.fileno())
+        if warm is not None:
+            if on_process_start is not None:
+                on_process_start(warm.pid)
+            return warm
+    command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
+    command = wrap(command, sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
+                   limits.disk_bytes)
+    with open(output_path, "ab") as out:
+        popen = subprocess.Popen(
+            command, cwd=sandbox_dir, env=env, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=out, pass_fds=pass_fds, start_new_session=True,
+            preexec_fn=_limit(limits, cgroup, isolation.mode == "none"))
+    if on_process_start is not None:
+        on_process_start(popen.pid)
+    return popen
+
+
+class Zygote:
+    """A sandbox process that has imported torch and forks a fresh worker per request.
+
+    Forking skips the ~1.5 s interpreter and torch start-up of every sandbox process, while each
+    worker still starts clean: the zygote never imports student code. Its messages come from the
+    sandbox side, so they are parsed as untrusted data.
+    """
+
+    def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
+                 isolation: Isolation, ids: tuple[int, int] | None) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.cgroup = Cgroup.create(sandbox_memory_bytes(limits.memory_bytes),
+                                    limits.max_processes)
+        self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
+                           (theirs.fileno(),), isolation, ids, self.cgroup)
+        theirs.close()
+        self._socket = ours
+        self._spawned: queue.Queue[int | None] = queue.Queue()
+        self._statuses: dict[int, int] = {}
+        self.exit_times: dict[int, float] = {}  # when each worker's end was reported
+        self._changed = threading.Condition()
+        self._ns_pids: dict[int, int] = {}
+        self.isolated = isolation.mode != "none"
+        self._pid1: tuple[int, str | None] | None = None  # namespaced zygote: (host pid, start)
+        self.alive = True
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                data = self._socket.recv(4096)
+                message = json.loads(data) if data else None
+            except (OSError, ValueError):
+                message = None
+            if type(message) is not dict:
+                break
+            if type(message.get("spawned")) is int:
+                self._spawned.put(message["spawned"])
+            elif type(message.get("exited")) is int and type(message.get("status")) is int:
+                with self._changed:
+                    self._statuses[message["exited"]] = message["status"]
+                    self.exit_times[message["exited"]] = time.monotonic()
+                    self._changed.notify_all()
+        with self._changed:
+            self.alive = False
+            self._changed.notify_all()
+        self._spawned.put(None)
+
+    def spawn(self, mode: str, module_name: str, output_path: Path, timeout: float = 60.0,
+              gpus: int = 0) -> tuple[int, int, int]:
+        """Fork a worker (`gpus` > 0: that many simulated GPUs; -1: CUDA hidden; see
+        sandbox_runtime/simulated_cuda.py); returns (pid, request fd to
+        write, reply fd to read)."""
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        out = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            spec = {"mode": mode, "module": module_name, "gpus": gpus}
+            socket.send_fds(self._socket, [json.dumps(spec).encode()],
+                            [request_r, reply_w, out])
+            pid = self._spawned.get(timeout=timeout)
+        except (OSError, queue.Empty):
+            pid = None
+        finally:
+            for fd in (request_r, reply_w, out):
+                os.close(fd)
+        # Only a child of this zygote may be signalled later: a forged pid is refused. (In its
+        # own PID namespace the zygote reports namespace pids, which mean nothing out here.)
+        reported, pid = pid, self._host_pid(pid) if pid is not None else None
+        if pid is None and reported is not None and self._ended(reported):
+            # It ended (os._exit at import, say) before it could be looked up: nothing is left
+            # to signal, and its wait status is known. A token that is no host pid stands in.
+            pid = -reported - 1
+            self._ns_pids[pid] = reported
+            return pid, request_w, reply_r
+        if pid is None:
+            for fd in (request_w, reply_r):
+                os.close(fd)
+            self.close()
+            raise SandboxFailure("the sandbox could not start a process for your code")
+        if on_process_start is not None:
+            on_process_start(pid)
+        _oom_victim_first(pid)
+        return pid, request_w, reply_r
+
+    def _ended(self, reported: int, timeout: float = 2.0) -> bool:
+        """Whether the zygote reports its child `reported` as ended (within `timeout`)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: reported in self._statuses, timeout)
+
+    def _host_pid(self, reported: int) -> int | None:
+        """The host pid of the zygote's child that the zygote calls `reported`."""
+        zygote = self._zygote_pid()
+        for child in _children_of(zygote):
+            if _namespace_pid(child) == reported:
+                self._ns_pids[child] = reported
+                return child
+        return None
+
+    def _zygote_pid(self) -> int:
+        # Behind the isolation launcher, the zygote is the launcher's only child.
+        if self.isolated:
+            if self._pid1 is not None:
+                return self._pid1[0]
+            children = _children_of(self.popen.pid)
+            if not children:
+                return -1
+            # Recorded by its host pid, to be killed by it: killing the launcher's group misses
+            # a zygote that left the group, and with it goes everything in its PID namespace.
+            self._pid1 = (children[0], process_start_time(children[0]))
+            if on_process_start is not None:
+                on_process_start(children[0])
+            return children[0]
+        return self.popen.pid
+
+    def wait_status(self, pid: int, timeout: float) -> int | None:
+        """The raw wait status of a forked worker, once the zygote has reaped it."""
+        reported = self._ns_pids.get(pid, pid)
+        with self._changed:
+            self._changed.wait_for(lambda: reported in self._statuses or not self.alive, timeout)
+            return self._statuses.pop(reported, None)
+
+    def close(self) -> None:
+        self.alive = False
+        _kill_group(self.popen.pid)
+        if self._pid1 is not None:
+            kill_if_same(*self._pid1)
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        self._socket.close()
+
+
+def _oom_victim_first(pid: int) -> None:
+    """Make a worker (and all it starts, which inherits this) the OOM killer's first choice in
+    its sandbox's cgroup: without it the kernel picks the largest process, the zygote (torch
+    imported), and every later test pays for a new one (a fork bomb under 768 MB did: 372 s).
+    Raising a score needs no privilege; where it cannot be written, nothing changes."""
+    try:
+        Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
+def _children_of(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def _namespace_pid(pid: int) -> int | None:
+    """The pid a process has in its innermost PID namespace (itself when not namespaced)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def process_start_time(pid: int) -> str | None:
+    """When a process started (clock ticks since boot), to tell it from a later one that got
+    the same pid; None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def kill_if_same(pid: int, started: str | None) -> None:
+    """SIGKILL `pid` if it is still the process that started at `started`."""
+    if started is not None and process_start_time(pid) == started:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_group(pid: int) -> None:
+    if pid <= 0:  # never a process group of the host (see Zygote.spawn's ended workers)
+        return
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Process:
+    """One forked sandbox worker with its request and reply pipes."""
+
+    def __init__(self, zygote: Zygote, module_name: str, mode: str, output_path: Path,
+                 gpus: int = 0) -> None:
+        self.zygote, self.gpus = zygote, gpus
+        self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path,
+                                                              gpus=gpus)
+        self._status: int | None = None
+        self.expected = "ready"  # the first frame of a serving worker
+        self.gone_before_send = False  # the last request found the pipe's reader gone
+        self.sent_at = time.monotonic()
+
+    def ended_before_last_send(self) -> bool:
+        """Whether the worker was already gone when the last request was sent (it died after
+        its previous reply, e.g. after forging one): that death is not this call's doing.
+
+        Decided by the request itself when it can be: still unread in the pipe means the worker
+        never took it (the zygote's report of the death may come after the send); else by when
+        the death was reported."""
+        if self.gone_before_send or self._request_unread():
+            return True
+        self._wait(timeout=5)
+        ended = self.zygote.exit_times.get(self.zygote._ns_pids.get(self.pid, self.pid))
+        return ended is not None and ended < self.sent_at
+
+    def _request_unread(self) -> bool:
+        try:  # FIONREAD on a pipe's write end: the bytes the reader has not taken (Linux)
+            waiting = fcntl.ioctl(self.request_w, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        return int.from_bytes(waiting, sys.byteorder) > 0
+
+    def _wait(self, timeout: float) -> int | None:
+        if self._status is None:
+            self._status = self.zygote.wait_status(self.pid, timeout)
+        return self._status
+
+    def send(self, request: dict) -> None:
+        # Each request carries an id its reply must echo: a frame student code wrote into the
+        # reply pipe itself can then never be taken for the reply to a later request.
+        self.expected = secrets.token_hex(8)
+        self.sent_at = time.monotonic()
+        self.gone_before_send = False
+        try:
+            wire.send(self.request_w, pickle.dumps({**request, "id": self.expected},
+                                                   protocol=pickle.HIGHEST_PROTOCOL))
+        except BrokenPipeError:
+            self.gone_before_send = True  # nobody could read it: the process was already gone
+
+    def read(self, timeout: float) -> dict:
+        """The reply to the last request, or WireTimeout / WireClosed / WireTooLarge /
+        CodecError. Stray frames with another id are skipped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            raw = wire.recv(self.reply_r, max(0.0, deadline - time.monotonic()))
+            reply = codec.loads(raw)  # counts values before parsing: memory stays bounded
+            del raw
+            if type(reply) is not dict:
+                raise codec.CodecError("the sandbox sent a malformed reply")
+            if reply.get("id") == self.expected:
+                return reply
+
+    def how_it_ended(self) -> str:
+        status = self._wait(timeout=5)
+        if status is None:
+            self.kill()
+            return "stopped answering" if self.zygote.alive else \
+                "ended when its sandbox's parent process was killed"
+        code = os.waitstatus_to_exitcode(status)
+        if code >= 0:
+            return f"exited with status {code}"
+        name = signal.Signals(-code).name
+        why = {"SIGKILL": " (often the memory limit)", "SIGXCPU": " (the CPU time limit)",
+               "SIGSEGV": " (a crash)"}.get(name, "")
+        return f"was killed by {name}{why}"
+
+    def kill(self) -> None:
+        if self._status is None:
+            _kill_group(self.pid)
+            self._wait(timeout=5)
+        for fd in (self.request_w, self.reply_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _outcome(reply: dict, what: str, function: str) -> Any:
+    """Turn a reply into a value or the matching exception."""
+    if "value" in reply:
+        try:
+            return codec.decode(reply["value"])
+        except codec.CodecError as exc:
+            raise _Malformed(f"the value returned by {what} could not be read: {exc}") from None
+    if type(reply.get("raised")) is dict:
+        raise StudentError(function, reply["raised"])
+    if "exited" in reply:
+        raise SandboxFailure(f"your code called sys.exit({str(reply['exited'])[:100]}) "
+                             f"during {what}")
+    if "missing" in reply:
+        raise SandboxFailure(f"your module has no function named {function!r}")
+    if type(reply.get("import_error")) is dict:
+        error = StudentError(function, reply["import_error"])
+        where = f" ({error.where})" if error.where else ""
+        raise SandboxFailure(f"your module could not be imported: {error.type_name}: "
+                             f"{error.message}{where}")
+    if "codec_error" in reply:
+        raise SandboxFailure(f"{what} returned something the grader cannot check: "
+                             f"{str(reply['codec_error'])[:500]}")
+    raise _Malformed(f"the sandbox sent an unexpected reply during {what}")
+
+
+class Sandbox:
+    """The long-lived sandbox of one submission for plain calls and probes.
+
+    Restarted after any crash, exit or timeout, so one failure affects only the test in flight.
+    """
+
+    def __init__(self, sandbox_dir: Path, module_name: str, limits: SandboxLimits,
+                 output_path: Path, isolation: Isolation | None = None) -> None:
+        self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
+        self.output_path = output_path
+        self.isolation = detect() if isolation is None else isolation
+        self.ids = sandbox_ids()
+        prepare_folder(sandbox_dir, self.isolation, self.ids)
+        self._zygote: Zygote | None = None
+        self._process: _Process | None = None
+        self._import_hang: str | None = None
+        self._budget: float | None = None
+        self._output_offset = 0
+        # Time spent starting zygotes (the grader's, not the student's): tests' budgets are
+        # extended by it (see pytest_plugin.Student).
+        self.grader_seconds = 0.0
+
+    def zygote(self) -> Zygote:
+        """The submission's zygote, started again if student code killed it."""
+        if self._zygote is None or not self._zygote.alive:
+            if self._zygote is not None:
+                self._zygote.close()
+            log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
+            self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids)
+        return self._zygote
+
+    def _fork(self, mode: str, output_path: Path, gpus: int) -> _Process:
+        """A fresh worker; the time it takes (a zygote's start included) is the grader's."""
+        started = time.monotonic()
+        try:
+            return _Process(self.zygote(), self.module_name, mode, output_path, gpus)
+        finally:
+            self.grader_seconds += time.monotonic() - started
+
+    # Importing the student's module (once per worker) may take longer than one call: it gets
+    # this much, or the test's remaining time (`budget`) when that is shorter. A hang costs
+    # it once per submission (see _import_hang).
+    IMPORT_SECONDS = 30.0
+
+    def call(self, name: str, args: Sequence, kwargs: dict, timeout: float | None = None,
+             budget: float | None = None, gpus: int = 0) -> Any:
+        """`name(*args, **kwargs)` in the student's module; with `gpus`, in a worker that
+        simulates that many GPUs (see sandbox_runtime/simulated_cuda.py)."""
+        self._budget = budget
+        return self._request({"op": "call", "name": name, "args": tuple(args),
+                              "kwargs": dict(kwargs)}, name, name, timeout, gpus)
+
+    def probe(self, name: str, args: Sequence, kwargs: dict, function: str,
+              timeout: float | None = None, budget: float | None = None, gpus: int = 0) -> Any:
+        self._budget = budget
+        return self._request({"op": "probe", "name": name, "args": tuple(args),
+                              "kwargs": dict(kwargs)}, f"{function} (scenario {name})", function,
+                             timeout, gpus)
+
+    def _request(self, request: dict, what: str, function: str, timeout: float | None,
+                 gpus: int = 0) -> Any:
+        timeout = self.limits.call_timeout if timeout is None else timeout
+        if self._import_hang is not None:
+            raise SandboxFailure(self._import_hang)
+        if self._process is not None and self._process.gpus != gpus:
+            self.restart()  # the GPUs a worker simulates are fixed before the student's import
+        process = self._ensure_started(timeout, gpus)
+        process.send(request)
+        try:
+            reply = self._read(process, timeout, what)
+        except _EndedEarlier:
+            process = self._ensure_started(timeout, gpus)  # a fresh worker, once
+            process.send(request)
+            reply = self._read(process, timeout, what)
+        try:
+            return _outcome(reply, what, function)
+        except _Malformed:
+            self.restart()  # the reply stream may be out of step: start clean
+            raise
+
+    def _ensure_started(self, timeout: float, gpus: int = 0) -> _Process:
+        if self._process is None:
+            # Starting (or restarting) the zygote is the grader's time, not the student's.
+            process = self._fork("serve", self.output_path, gpus)
+            self._process = process
+            try:
+                allowed = max(timeout, self.IMPORT_SECONDS)
+                if self._budget is not None:
+                    allowed = max(timeout, min(allowed, self._budget))
+                ready = self._read(process, allowed, "the import of your module")
+            except SandboxTimeout as exc:
+                # Not retried for every test: one hanging import costs one time limit.
+                self._import_hang = (f"importing your module took longer than "
+                                     f"{seconds_text(allowed)} s (the other tests were not run)")
+                raise ImportHang(str(exc)) from None
+            if ready.get("ready") is not True:
+                self.restart()
+                raise SandboxFailure("the sandbox did not start properly")
+        return self._process
+
+    def _read(self, process: _Process, timeout: float, what: str) -> dict:
+        try:
+            return process.read(timeout)
+        except wire.WireTimeout:
+            self.restart()
+            raise SandboxTimeout(timeout, what) from None
+        except wire.WireClosed:
+            ended = process.how_it_ended()
+            earlier = process.ended_before_last_send()
+            self.restart()
+            if earlier:
+                raise _EndedEarlier() from None
+            raise SandboxFailure(f"your code {ended} during {what}") from None
+        except (wire.WireTooLarge, codec.CodecError) as exc:
+            self.restart()
+            raise SandboxFailure(f"{what} sent back an unreadable reply: {exc}") from None
+
+    def restart(self) -> None:
+        """Kill the sandbox (with its whole process group); the next call starts a fresh one."""
+        if self._process is not None:
+            self._process.kill()
+            self._process = None
+
+    def close(self) -> None:
+        """Kill every process of this sandbox, the zygote included."""
+        self.restart()
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+
+    def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
+                  output_dir: Path, function: str, gpus: int = 0,
+                  per_rank: Sequence | None = None) -> list[Any]:
+        """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers
+        (each simulating `gpus` GPUs when not 0). With `per_rank`, rank r alone also gets
+        `per_rank[r]` as its last argument, so no rank can know another's inputs."""
+        if self._import_hang is not None:  # each rank would import, and hang, again
+            raise SandboxFailure(self._import_hang)
+        port = free_port()
+        what = f"{function} (scenario {probe}, {world_size} processes)"
+        processes: list[_Process] = []
+        try:
+            for rank in range(world_size):
+                processes.append(self._fork("once", output_dir / f"rank{rank}.log", gpus))
+            for rank, process in enumerate(processes):
+                own = () if per_rank is None else (per_rank[rank],)
+                process.send({"op": "probe", "name": probe,
+                              "args": (rank, world_size, port, *args, *own), "kwargs": {}})
+            deadline = time.monotonic() + timeout
+            replies = []
+            for rank, process in enumerate(processes):
+                try:
+                    replies.append(process.read(max(0.1, deadline - time.monotonic())))
+                except wire.WireTimeout:
+                    raise SandboxTimeout(timeout, what) from None
+                except wire.WireClosed:
+                    raise SandboxFailure(f"your code {process.how_it_ended()} in rank {rank} "
+                                         f"during {what}") from None
+                except (wire.WireTooLarge, codec.CodecError) as exc:
+                    raise SandboxFailure(f"rank {rank} sent back an unreadable reply: {exc}") \
+                        from None
+            return [_outcome(reply, what, function) for reply in replies]
+        finally:
+            for process in processes:
+                process.kill()
+
+    def take_output(self) -> tuple[str, bool]:
+        """Output written since the last call, capped; and whether it was cut."""
+        try:
+            with open(self.output_path, "rb") as f:
+                f.seek(self._output_offset)
+                data = f.read(self.limits.output_bytes + 1)
+                end = f.seek(0, os.SEEK_END)
+        except OSError:
+            return "", False
+        self._output_offset = end
+        cut = len(data) > self.limits.output_bytes or end > self._output_offset
+        return data[: self.limits.output_bytes].decode("utf-8", "replace"), cut
+
+
+def free_port() -> int:
+    """A free TCP port on loopback for a gloo rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
