@@ -19,8 +19,10 @@ venv: $(BIN)/autograder
 demo: venv
 	$(BIN)/python scripts/demo.py
 
+# ruff, then the engine's import layers (pyproject.toml [tool.importlinter]).
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # The class overview test renders index.html in Debian's headless Chromium (via chromedriver).
 browser:

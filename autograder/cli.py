@@ -48,8 +48,8 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
     from autograder.grading.supervisor import GradingError
     from autograder.project.config import ConfigError
     from autograder.project.markers import MarkerError
+    from autograder.project.question_bank import QuestionBankError
     from autograder.project.schemas import SchemaError
-    from autograder.questions.bank import QuestionBankError
 
     return (BatchError, ConfigError, GradebookError, GradingError, MarkerError,
             QuestionBankError, RosterError, SchemaError)
@@ -181,7 +181,8 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
     import tempfile
 
     from autograder.grading.supervisor import collect_hidden_tests
-    from autograder.project.assignment import check_assignment, load_assignment
+    from autograder.project.assignment import load_assignment
+    from autograder.release.validation import check_assignment
 
     assignment = _assignment(assignment, positional)
     problems = check_assignment(assignment, project.config)

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from autograder.grading.pytest_plugin import MARKERS
-from autograder.sandbox.client import StudentError, free_port
+from autograder.sandbox.client import StudentError
+from autograder.sandbox.processes import free_port
 from autograder.sandbox_runtime import codec
 from bench._ranks import run_rank
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from demo import build_examples  # noqa: E402
 
-from autograder.batch.worker import warm_up  # noqa: E402
 from autograder.grading import supervisor as coding  # noqa: E402
+from autograder.grading.fork_channel import RunnerServer  # noqa: E402
 from autograder.grading.grade import grade_loaded  # noqa: E402
 from autograder.project.assignment import load_assignment  # noqa: E402
 
@@ -80,14 +80,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     examples = build_examples(work / "examples", "dp_basics")
     assignment = load_assignment("dp_basics")
-    warm_up()
+    runners = RunnerServer()  # as a batch worker's warm_up starts it
     time.sleep(3)  # the server's imports
     timeline = Timeline()
     kind_of = kinds()
     phases: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     profiler = cProfile.Profile() if args.cprofile else None
     # one warm-up grading (file caches), not counted
-    grade_loaded(examples[0], assignment, work / "warm")
+    grade_loaded(examples[0], assignment, work / "warm", runners=runners)
     for round_ in range(args.rounds):
         for example in examples:
             timeline.events.clear()
@@ -95,7 +95,8 @@ def main() -> int:
             started = time.perf_counter()
             if profiler:
                 profiler.enable()
-            grade_loaded(example, assignment, work / f"out-{round_}-{example.name}")
+            grade_loaded(example, assignment, work / f"out-{round_}-{example.name}",
+                         runners=runners)
             if profiler:
                 profiler.disable()
             ended = time.perf_counter()
@@ -130,7 +131,7 @@ def main() -> int:
     if profiler:
         print()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-    coding.runner_server.close()
+    runners.close()
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -26,14 +26,10 @@ from common import ROOT
 
 sys.path.insert(0, str(ROOT))
 from autograder.project.assignment import load_assignment  # noqa: E402
+from autograder.project.config import default_limits  # noqa: E402
 from autograder.project.markers import reference  # noqa: E402
-from autograder.sandbox.client import (  # noqa: E402
-    Sandbox,
-    SandboxFailure,
-    SandboxLimits,
-    SandboxTimeout,
-    prepare_sandbox_dir,
-)
+from autograder.sandbox.client import Sandbox, SandboxFailure, SandboxTimeout  # noqa: E402
+from autograder.sandbox.folder import prepare_sandbox_dir  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "assignments" / "dp_basics"))
 import torch  # noqa: E402
@@ -58,7 +54,7 @@ def sandbox(folder: Path) -> Sandbox:
     module = folder / "dp_basics.py"
     module.write_text(reference(assignment.solution.read_text()))
     box = prepare_sandbox_dir(module, "dp_basics", assignment.probes, folder)
-    return Sandbox(box, "dp_basics", SandboxLimits(call_timeout=30), folder / "out.log")
+    return Sandbox(box, "dp_basics", default_limits(call_timeout=30), folder / "out.log")
 
 
 def run(folder: Path, runs: int, outcomes: dict, durations: dict, stop: threading.Event | None,
@@ -71,7 +67,7 @@ def run(folder: Path, runs: int, outcomes: dict, durations: dict, stop: threadin
                 if stop is not None and stop.is_set():
                     return
                 if name == "cleanup_ddp":
-                    from autograder.sandbox.client import free_port
+                    from autograder.sandbox.processes import free_port
                     args = (free_port(),)
                 ranks = (per_rank * world_size)[:world_size]
                 started = time.perf_counter()

@@ -57,7 +57,7 @@ from pathlib import Path
 import yaml
 
 from autograder.batch.roster import discover
-from autograder.grading.late import late_status, parse_timestamp
+from autograder.grading.late import late_status
 from autograder.grading.notebook import (
     SCHEMA_VERSION,
     NotebookError,
@@ -66,6 +66,7 @@ from autograder.grading.notebook import (
 )
 from autograder.grading.submission import locate
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.late_policy import parse_timestamp
 from autograder.project.markers import reference, strip_solutions
 from autograder.questions.answers import grade_answers
 

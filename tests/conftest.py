@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox.client import Sandbox, SandboxLimits, prepare_sandbox_dir
+from autograder.project.config import default_limits
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.folder import prepare_sandbox_dir
 
 
 @pytest.fixture
@@ -24,7 +26,7 @@ def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
             probes_path = tmp_path / "probes.py"
             probes_path.write_text(textwrap.dedent(probes))
         folder = prepare_sandbox_dir(module, "dp_basics", probes_path, tmp_path)
-        sandbox = Sandbox(folder, "dp_basics", SandboxLimits(**{"call_timeout": 5, **limits}),
+        sandbox = Sandbox(folder, "dp_basics", default_limits(**{"call_timeout": 5, **limits}),
                           tmp_path / f"out{len(made)}.log")
         made.append(sandbox)
         return sandbox

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from autograder.project.assignment import load_assignment
+from autograder.project.question_bank import render_answers_schema
 from autograder.questions.answers import INVALID, grade_answers
-from autograder.questions.bank import render_answers_schema
 from autograder.student_files.check import check_answers
 
 ROOT = Path(__file__).resolve().parents[1]

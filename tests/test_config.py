@@ -1,9 +1,21 @@
 """grading.yml validation: errors name the path of the bad key."""
 
+import dataclasses
+import json
+
 import pytest
 
-from autograder.project.config import ConfigError, load_config
-from autograder.project.paths import GRADING_CONFIG
+from autograder.grading.job import Job
+from autograder.project.config import (
+    AssignmentConfig,
+    ConfigError,
+    PartConfig,
+    SandboxLimits,
+    default_limits,
+    load_config,
+)
+from autograder.project.late_policy import LatePolicy
+from autograder.project.paths import GRADING_CONFIG, SCHEMAS_DIR
 
 
 def write(tmp_path, text):
@@ -34,6 +46,37 @@ def test_defaults_come_from_the_schema(tmp_path):
     config = load_config(write(tmp_path, VALID))["hw"]
     assert config.gpu_policy == "reweight" and config.call_timeout == 10
     assert config.limits.output_bytes == 1024 * 1024 and config.reveal_key is False
+
+
+# Job fields that the supervisor copies from grading.yml (the rest are the runner's own state).
+JOB_FROM_CONFIG = {"test_timeout", "rank_retries", "visibility", "budget_factor", "budget_floor"}
+
+
+@pytest.mark.parametrize("record", [SandboxLimits, AssignmentConfig, PartConfig, LatePolicy, Job])
+def test_records_of_grading_yml_have_no_defaults_of_their_own(record):
+    # The schema is the one source of every default: a default here would drift from it (as
+    # cpu_seconds once did: 120 here, 300 in the schema).
+    with_default = {f.name for f in dataclasses.fields(record)
+                    if f.default is not dataclasses.MISSING
+                    or f.default_factory is not dataclasses.MISSING}
+    if record is Job:
+        with_default &= JOB_FROM_CONFIG
+    assert not with_default
+
+
+def test_default_limits_are_the_schemas(tmp_path):
+    assignment = json.loads((SCHEMAS_DIR / "grading.schema.json").read_text())["$defs"][
+        "assignment"]["properties"]
+    limit = {k: v["default"] for k, v in assignment["limits"]["properties"].items()}
+    call = assignment["timeouts"]["properties"]["call"]["default"]
+    assert default_limits() == SandboxLimits(
+        call_timeout=call, memory_bytes=limit["memory_mb"] << 20,
+        cpu_seconds=limit["cpu_seconds"], max_file_bytes=limit["file_mb"] << 20,
+        max_open_files=limit["open_files"], max_processes=limit["processes"],
+        disk_bytes=limit["disk_mb"] << 20, output_bytes=limit["output_kb"] << 10)
+    # and what an assignment without `limits` gets when loaded
+    assert default_limits() == load_config(write(tmp_path, VALID))["hw"].limits
+    assert default_limits(call_timeout=3).call_timeout == 3
 
 
 @pytest.mark.parametrize("change, message", [

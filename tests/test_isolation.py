@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox.client import sandbox_env
+from autograder.sandbox.folder import sandbox_env
 from autograder.sandbox.isolation import Isolation, prepare_folder, sandbox_ids, wrap
 
 ESCAPES = textwrap.dedent('''

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from autograder.batch.records import LateStatus
-from autograder.grading.late import LatePolicy, late_status, parse_timestamp
+from autograder.grading.late import LateStatus, late_status
 from autograder.project.config import ConfigError, load_config
+from autograder.project.late_policy import LatePolicy, parse_timestamp
 from autograder.project.paths import GRADING_CONFIG
 
 DUE = "2026-12-14T23:59:00-05:00"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.project.question_bank import QuestionBank, load_bank
 from autograder.questions.answers import (
     MAX_ANSWERS_BYTES,
     NO_FILE_MESSAGE,
@@ -16,7 +17,6 @@ from autograder.questions.answers import (
     grade_answers,
     load_answers,
 )
-from autograder.questions.bank import QuestionBank, load_bank
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
-from autograder.questions.bank import (
+from autograder.project.question_bank import (
     ANSWERS_SCHEMA_PATH,
+    ENVIRONMENTS,
     QUESTIONS_SCHEMA_PATH,
     QuestionBankError,
     QuestionBankWarning,
@@ -27,7 +28,6 @@ from autograder.questions.bank import (
     load_bank,
     render_answers_schema,
 )
-from autograder.questions.snippets import ENVIRONMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def test_schemas_are_valid_json_schemas() -> None:
 def test_committed_answers_schema_is_in_sync_with_the_bank() -> None:
     committed = ANSWERS_SCHEMA_PATH.read_text(encoding="utf-8")
     assert committed == render_answers_schema(load_bank()), \
-        "schemas/answers.schema.json is stale: run python -m autograder.questions.bank"
+        "schemas/answers.schema.json is stale: run python -m autograder.project.question_bank"
 
 
 def test_the_key_is_a_valid_answers_file() -> None:

@@ -8,7 +8,7 @@ import json
 import re
 from datetime import datetime, timezone
 
-from autograder.batch.records import LateStatus
+from autograder.grading.late import LateStatus
 from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
 from autograder.grading.results import CodingOutcome, apply_late, build_report, coding_results
 from autograder.grading.results import TestResult as Result  # not a pytest class

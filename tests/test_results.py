@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from autograder.batch.records import LateStatus
+from autograder.grading.late import LateStatus
 from autograder.grading.results import (
     CodingOutcome,
     _apportion,

@@ -37,7 +37,7 @@ from autograder.grading.late import late_status
 from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.paths import GRADING_CONFIG
-from autograder.sandbox.client import gpu_device_present
+from autograder.sandbox.processes import gpu_device_present
 
 BACKENDS = ("local", "ray")
 

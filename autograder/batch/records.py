@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autograder.grading.late import LateStatus
+
 
 def report_folder(sid: str) -> str:
     """The folder name under OUT/reports/ for a student (Gradescope sids are free text)."""
@@ -39,16 +41,6 @@ class ClassSubmission:
     def sid(self) -> str:
         """The folder name of this submission's reports: the first submitter's sid."""
         return self.submitters[0].sid if self.submitters else self.key
-
-
-@dataclass(frozen=True)
-class LateStatus:
-    """How late a submission was and what that costs, from grading.yml's late policy."""
-
-    minutes_late: float  # 0 when on time (after any grace period)
-    days_late: int  # whole days, rounded up, that the penalty counts
-    penalty: float  # fraction of the score taken away, 0..1
-    message: str  # one sentence for the student's report
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import yaml
 
 from autograder.batch.records import ClassSubmission, Submitter
 from autograder.grading.archives import ArchiveError, extract_zip
-from autograder.grading.late import parse_timestamp
+from autograder.project.late_policy import parse_timestamp
 
 METADATA = "submission_metadata.yml"
 MAX_METADATA_BYTES = 64 << 20  # a real export's metadata, results included, is a few MiB

@@ -17,8 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from autograder.batch.records import GradeOutcome, GradeTask
+from autograder.grading.fork_channel import RunnerServer
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import Assignment, load_assignment
+
+# This worker process's warm runner server (`warm_up`), handed to each grading it does.
+_runners: RunnerServer | None = None
 
 
 @lru_cache(maxsize=4)
@@ -31,13 +35,12 @@ def grade_task(task: GradeTask) -> GradeOutcome:
     """Grade `task.submission` into `task.out`; never raises (an error is in the outcome)."""
     started = time.monotonic()
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    from autograder.grading import supervisor as coding
-
-    if coding.runner_server is not None and not coding.runner_server.alive:
+    if _runners is not None and not _runners.alive:
         warm_up()  # the server died (killed, out of memory): a new one for what follows
     try:
         assignment = _assignment(task.assignment, task.config_path)
-        report = grade_loaded(Path(task.submission), assignment, Path(task.out), late=task.late)
+        report = grade_loaded(Path(task.submission), assignment, Path(task.out), late=task.late,
+                              runners=_runners)
         data = json.loads(json.dumps(asdict(report)))
         return GradeOutcome(task.key, data, None, time.monotonic() - started, worker)
     except Exception as exc:  # noqa: BLE001 - the batch goes on; the TA sees why
@@ -48,12 +51,13 @@ def grade_task(task: GradeTask) -> GradeOutcome:
 
 def warm_up() -> None:
     """Load once per worker what every grading needs (a warm worker's head start)."""
-    from autograder.grading import (
-        results,  # noqa: F401 - templates and schemas, imported now
+    global _runners
+    from autograder.grading import (  # noqa: F401 - templates and schemas, imported now
+        report,
+        results,
+        supervisor,
     )
-    from autograder.grading import supervisor as coding
-    from autograder.grading.warm_runner import RunnerServer
 
     # Runners forked from a warm server skip ~1.8 s of imports each; the sandboxes they start
     # are as fresh as ever.
-    coding.runner_server = RunnerServer()
+    _runners = RunnerServer()

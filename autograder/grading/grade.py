@@ -14,8 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.batch.records import LateStatus
 from autograder.grading.archives import ArchiveError, extract_zip
+from autograder.grading.fork_channel import RunnerServer
+from autograder.grading.late import LateStatus
 from autograder.grading.notebook import NotebookError, extract_module, module_state
 from autograder.grading.report import write_outputs
 from autograder.grading.results import (
@@ -45,13 +46,15 @@ def grade(submission: Path, assignment: str, out: Path,
 
 
 def grade_loaded(submission: Path, assignment: Assignment, out: Path,
-                 started: float | None = None, late: LateStatus | None = None) -> Report:
-    """Grade with a loaded assignment; `late` (from the batch's late policy) lowers the total."""
+                 started: float | None = None, late: LateStatus | None = None,
+                 runners: RunnerServer | None = None) -> Report:
+    """Grade with a loaded assignment; `late` (from the batch's late policy) lowers the total;
+    `runners`: a batch worker's warm runner server (None: runners start cold)."""
     started = time.monotonic() if started is None else started
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # sandbox users may pass through to their own folder, not list
     try:
-        report = apply_late(_grade(submission, assignment, workdir, started), late)
+        report = apply_late(_grade(submission, assignment, workdir, started, runners), late)
     finally:
         keep_sandbox_events(workdir, out)  # for the TA only (see submission_status)
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
@@ -62,7 +65,8 @@ def grade_loaded(submission: Path, assignment: Assignment, out: Path,
     return write_outputs(report, out)
 
 
-def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float) -> Report:
+def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float,
+           runners: RunnerServer | None) -> Report:
     config = assignment.config
     try:
         files = _submission_files(submission, workdir / "upload", config.module,
@@ -76,7 +80,8 @@ def _grade(submission: Path, assignment: Assignment, workdir: Path, started: flo
     warnings += mc.warnings
     tests = [_question_result(r, assignment) for r in mc.results]
 
-    outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir)
+    outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir,
+                                                              runners)
     if files.module_problem:
         warnings.append(f"coding part: {files.module_problem}")
     warnings += coding_warnings

@@ -16,63 +16,20 @@ a time zone is refused rather than guessed.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
-from autograder.batch.records import LateStatus
-
-POLICIES = ("none", "per_day")
+from autograder.project.late_policy import POLICIES, LatePolicy, parse_timestamp
 
 
 @dataclass(frozen=True)
-class LatePolicy:
-    """grading.yml's `late` object (defaults from schemas/grading.schema.json)."""
+class LateStatus:
+    """How late a submission was and what that costs, from grading.yml's late policy."""
 
-    policy: str = "none"  # "none" | "per_day"
-    percent_per_day: float = 10.0
-    max_days: int | None = None  # more days late than this scores 0; None: no cut-off
-    grace_minutes: float = 0.0
-
-
-# ISO 8601 / RFC 3339 and the Ruby/YAML form of Gradescope exports: a 'T' or spaces between
-# date and time, any number of fraction digits, and 'Z', '+hh:mm', '+hhmm' or '+hh' (optionally
-# after spaces) as the zone.
-_TIMESTAMP = re.compile(
-    r"^\s*(?P<date>\d{4}-\d{2}-\d{2})(?:[Tt]|\s+)(?P<time>\d{2}:\d{2}(?::\d{2})?)"
-    r"(?:\.(?P<fraction>\d+))?\s*(?P<zone>[Zz]|UTC|[+-]\d{2}(?::?\d{2})?)?\s*$")
-
-
-def parse_timestamp(value: str | datetime) -> datetime:
-    """A timezone-aware datetime from a datetime or an ISO 8601-like text.
-
-    Raises ValueError, naming the value, when it cannot be read or has no time zone.
-    """
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"the time {value.isoformat()} has no time zone")
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"expected a date and time, found {type(value).__name__} {value!r}")
-    match = _TIMESTAMP.match(value)
-    if not match:
-        raise ValueError(f"{value!r} is not a date and time such as 2026-12-14T23:59:00-05:00")
-    fraction = (match["fraction"] or "")[:6].ljust(6, "0")
-    time = match["time"] if match["time"].count(":") == 2 else match["time"] + ":00"
-    zone = match["zone"]
-    if zone is None:
-        raise ValueError(f"the time {value!r} has no time zone (add Z or an offset like -05:00)")
-    if zone in ("Z", "z", "UTC"):
-        tz = timezone.utc
-    else:
-        digits = zone[1:].replace(":", "")
-        hours, minutes = int(digits[:2]), int(digits[2:] or 0)
-        offset = timedelta(hours=hours, minutes=minutes)
-        tz = timezone(offset if zone[0] == "+" else -offset)
-    try:
-        return datetime.fromisoformat(f"{match['date']}T{time}.{fraction}").replace(tzinfo=tz)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a valid date and time") from None
+    minutes_late: float  # 0 when on time (after any grace period)
+    days_late: int  # whole days, rounded up, that the penalty counts
+    penalty: float  # fraction of the score taken away, 0..1
+    message: str  # one sentence for the student's report
 
 
 def late_status(created_at: datetime | None, due: str | datetime | None,

@@ -15,25 +15,26 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from autograder.grading.job import VISIBILITIES, Job, TestSpec
 from autograder.project import budgets
-from autograder.sandbox import client as sandbox_module
+from autograder.project.config import SandboxLimits
 from autograder.sandbox.client import (
     Sandbox,
     SandboxFailure,
-    SandboxLimits,
     SandboxTimeout,
+    Starts,
     StudentError,
-    seconds_text,
+    ZygoteSource,
 )
+from autograder.sandbox.processes import seconds_text
 from autograder.sandbox_runtime.codec import CodecError
 
-VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 MARKERS = {
     "weight": "weight(w): this test's share of its function's points, relative to the "
               "function's other tests (default 1; 0: worth nothing)",
@@ -46,52 +47,6 @@ MARKERS = {
             "its docstring); the test is not run once one of them has hung",
     "tolerant": "tolerant: run this test even when a function it uses hung in an earlier test",
 }
-
-
-@dataclass
-class Job:
-    """What the runner is asked to do; written by the parent as JSON."""
-
-    tests_dir: str
-    assignment_dir: str
-    module_name: str
-    functions: dict[str, float]
-    output_dir: str
-    sandbox_dir: str | None = None
-    missing_reason: str | None = None
-    limits: dict = field(default_factory=dict)
-    test_timeout: float = 60.0
-    rank_retries: int = 2
-    visibility: str = "visible"
-    collect_only: bool = False
-    skip: list[str] = field(default_factory=list)
-    # Functions that hung in an earlier runner of this grading: {function: first hang}.
-    hung: dict[str, dict] = field(default_factory=dict)
-    # Calibrated budgets (see autograder.project.budgets): the reference's seconds per test nodeid,
-    # the calibration workload's seconds when they were recorded, k and the floor (k 0: flat).
-    timings: dict[str, float] = field(default_factory=dict)
-    timings_calibration: float | None = None
-    budget_factor: float = 0.0
-    budget_floor: float = 5.0
-    machine_calibration: float | None = None  # measured by this grading's first runner
-    # pytest's own tracebacks of failed tests in runner.log (AUTOGRADER_KEEP_WORKDIR): they
-    # parse the source of every frame, about 20 ms a failure; students never see them.
-    tracebacks: bool = False
-
-
-@dataclass
-class TestSpec:
-    """A collected test as declared by its markers and docstring."""
-
-    nodeid: str
-    name: str
-    function: str
-    points: float  # the test's weight until collection splits its function's points
-    visibility: str
-    gpu: bool
-    timeout: float
-    uses: list[str] = field(default_factory=list)  # every student function the test needs
-    tolerant: bool = False
 
 
 def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
@@ -332,7 +287,8 @@ def _head(exc: BaseException) -> str:
 
 
 class GradingPlugin:
-    def __init__(self, job: Job, emit: Callable[[dict], None]) -> None:
+    def __init__(self, job: Job, emit: Callable[[dict], None],
+                 zygotes: ZygoteSource | None = None) -> None:
         self.job, self.emit = job, emit
         self.limits = SandboxLimits(**job.limits)
         self.specs: dict[str, TestSpec] = {}
@@ -346,10 +302,12 @@ class GradingPlugin:
             emit({"event": "calibration", "seconds": measured, "factor": self.machine_factor})
         # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
         self.simulated_gpus = random.SystemRandom().randint(2, 4)
-        sandbox_module.on_process_start = lambda pid: emit({"event": "sandbox", "pid": pid})
+        # Every sandbox process is announced to the parent, which kills what is left.
+        starts = Starts(zygotes, on_start=lambda pid: emit({"event": "sandbox", "pid": pid}))
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
-                                   Path(job.output_dir) / f"sandbox-{os.getpid()}.log")
+                                   Path(job.output_dir) / f"sandbox-{os.getpid()}.log",
+                                   starts=starts)
 
     # -- functions that hung -----------------------------------------------------
     def refuse_if_hung(self, function: str, spec: TestSpec) -> None:

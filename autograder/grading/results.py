@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from autograder.batch.records import LateStatus
+from autograder.grading.late import LateStatus
+from autograder.grading.statuses import ReportStatus, TestOutcome
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 
@@ -35,7 +36,7 @@ class TestResult:
     item: str  # the question id, or the student function the test checks
     score: float
     max_score: float
-    status: str  # passed | failed | pending | excluded
+    status: ReportStatus
     message: str
     visibility: str
     output: str = ""
@@ -90,7 +91,7 @@ class CodingOutcome:
     points: float
     visibility: str
     gpu: bool
-    status: str  # passed | failed | gpu_unavailable | skipped | grader_error
+    status: TestOutcome
     message: str
     output: str = ""
     output_cut: bool = False

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.pytest_plugin import GradingPlugin, Job, write_line
+from autograder.grading.job import Job
+from autograder.grading.pytest_plugin import GradingPlugin, write_line
+from autograder.sandbox.client import ZygoteSource
 from autograder.sandbox.isolation import detect
 
 # What the runner may use beyond its size once pytest and torch are imported. A reply is at
@@ -48,7 +50,9 @@ def limit_memory(headroom: int = MEMORY_HEADROOM) -> int | None:
     return limit
 
 
-def run(job: Job, results_fd: int) -> int:
+def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
+    """Run the hidden suite of `job`, streaming events to `results_fd`; `zygotes`: a warm
+    runner server's channel for sandbox zygotes (None: started cold)."""
     import torch
 
     torch.set_num_threads(1)  # little math here; each thread would take address space too
@@ -66,7 +70,7 @@ def run(job: Job, results_fd: int) -> int:
             "--import-mode=importlib", "-W", "ignore::DeprecationWarning"]
     if not job.tracebacks:  # only an instructor keeping the work folder reads runner.log
         args.append("--tb=line")
-    code = pytest.main(args, plugins=[GradingPlugin(job, emit)])
+    code = pytest.main(args, plugins=[GradingPlugin(job, emit, zygotes)])
     emit({"event": "done", "exit_code": int(code)})
     return 0
 

@@ -41,10 +41,10 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autograder.grading.statuses import SUBMISSION_STATES, SubmissionState
 from autograder.project.inert import clip, inert
 
-STATUSES = ("flagged", "grader_error", "no_module", "not_importable", "timed_out", "crashed",
-            "blank", "ok")
+STATUSES = SUBMISSION_STATES
 NEEDS_A_LOOK = tuple(s for s in STATUSES if s != "ok")
 TITLES = {"flagged": "flagged", "grader_error": "grader error", "no_module": "no module",
           "not_importable": "not importable", "timed_out": "timed out", "crashed": "crashed",
@@ -84,7 +84,7 @@ _BLANK = ("NotImplementedError", "has no function named")
 
 @dataclass
 class SubmissionStatus:
-    status: str  # one of STATUSES
+    status: SubmissionState
     detail: str = ""  # one line for the TA: the import error, how many tests timed out, why
     flags: list[str] = field(default_factory=list)  # every hostile reason seen
     timed_out: int = 0  # coding tests that ran out of time

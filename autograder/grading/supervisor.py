@@ -20,20 +20,23 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder.grading.pytest_plugin import Job
+from autograder.grading.fork_channel import ForkedChild, RunnerServer
+from autograder.grading.job import Job
 from autograder.grading.results import CodingOutcome
+from autograder.grading.statuses import RUNNER_EVENTS, TEST_OUTCOMES
 from autograder.grading.submission import SubmissionFiles
-from autograder.grading.warm_runner import ForkedChild, RunnerServer
 from autograder.project import budgets
 from autograder.project.assignment import Assignment
 from autograder.sandbox.cgroups import remove_left_by
-from autograder.sandbox.client import (
+from autograder.sandbox.folder import prepare_sandbox_dir
+from autograder.sandbox.isolation import UID_RANGE
+from autograder.sandbox.processes import (
+    ended_text,
+    kill_group,
     kill_if_same,
-    prepare_sandbox_dir,
     process_start_time,
     seconds_text,
 )
-from autograder.sandbox.isolation import UID_RANGE
 
 MAX_RUNNER_STARTS = 4
 
@@ -42,9 +45,13 @@ class GradingError(RuntimeError):
     """The assignment itself is broken (invalid hidden tests): an instructor's problem."""
 
 
-def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
-                     workdir: Path) -> tuple[list[CodingOutcome], list[str], dict]:
+def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Path,
+                     runners: RunnerServer | None = None,
+                     ) -> tuple[list[CodingOutcome], list[str], dict]:
     """Outcomes of every hidden test in collection order, warnings, and the runner's environment.
+
+    `runners`: a batch worker's warm runner server, which forks each runner (None: each runner
+    is a new interpreter).
 
     Never raises for a student's fault; GradingError means the hidden tests themselves are broken.
     """
@@ -64,7 +71,7 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles,
         timings_calibration=timings.calibration if timings else None,
         budget_factor=config.budget_factor, budget_floor=config.budget_floor,
         tracebacks=bool(os.environ.get("AUTOGRADER_KEEP_WORKDIR")))
-    supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout)
+    supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout, runners)
     try:
         return supervisor.run()
     finally:
@@ -92,6 +99,8 @@ def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
     job = Job(tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
               module_name=config.module, functions=config.functions, output_dir=str(workdir),
               missing_reason="collection only", visibility=config.coding.visibility,
+              test_timeout=config.test_timeout, rank_retries=config.rank_retries,
+              budget_factor=config.budget_factor, budget_floor=config.budget_floor,
               collect_only=True)
     supervisor = _Supervisor(job, time.monotonic() + 300)
     supervisor.run()
@@ -99,8 +108,8 @@ def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
 
 
 class _Supervisor:
-    def __init__(self, job: Job, deadline: float) -> None:
-        self.job, self.deadline = job, deadline
+    def __init__(self, job: Job, deadline: float, runners: RunnerServer | None = None) -> None:
+        self.job, self.deadline, self.runners = job, deadline, runners
         self.specs: list[dict] | None = None
         self.results: dict[str, dict] = {}
         self.warnings: list[str] = []
@@ -143,7 +152,7 @@ class _Supervisor:
         # Each is also killed by its pid (a zygote is PID 1 of its namespace: all goes with it)
         # when it is still the process recorded, since it may have left its group (setsid).
         for pid, started in self.sandbox_pids.items():
-            _kill_group(pid)
+            kill_group(pid)
             kill_if_same(pid, started)
         # Without a PID namespace or a cgroup, a sandbox's descendant may have left every group:
         # as root, each sandbox uid's processes are killed (uids are per submission).
@@ -163,7 +172,9 @@ class _Supervisor:
         return CodingOutcome(
             nodeid=spec["nodeid"], name=spec["name"], function=spec["function"],
             points=spec["points"], visibility=spec["visibility"], gpu=spec["gpu"],
-            status=result["status"], message=result["message"],
+            # an outcome the vocabulary lacks is the grader's fault, never the student's
+            status=result["status"] if result["status"] in TEST_OUTCOMES else "grader_error",
+            message=result["message"],
             output=result.get("output", ""), output_cut=result.get("output_cut", False))
 
     def _run_once(self) -> bool:
@@ -175,7 +186,7 @@ class _Supervisor:
         log_fd = os.open(Path(job.output_dir) / "runner.log",
                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(log_fd, "ab") as log:
-            runner = _start_runner(job, write_fd, log)
+            runner = _start_runner(job, write_fd, log, self.runners)
         os.close(write_fd)
         current, finished, buffer = None, False, bytearray()
         try:
@@ -204,6 +215,8 @@ class _Supervisor:
                 for line in lines:
                     event = json.loads(line)
                     kind = event["event"]
+                    if kind not in RUNNER_EVENTS:  # the runner is ours: a grader bug
+                        raise GradingError(f"the runner sent an unknown event {kind!r}")
                     if kind == "collected" and self.specs is None:
                         self.specs = event["tests"]
                     elif kind == "error":
@@ -235,25 +248,23 @@ class _Supervisor:
                         finished = True
         finally:
             os.close(read_fd)
-            _kill_group(runner.pid)
+            kill_group(runner.pid)
             runner.wait()
             remove_left_by(runner.pid)
         if not finished and current is not None:
             self.results[current] = {
-                "status": "failed", "message": f"the grading process was killed during this test "
-                                               f"({_ended(runner.returncode)}); did your code kill "
-                                               f"its parent process?"}
+                "status": "failed",
+                "message": f"the grading process was killed during this test "
+                           f"({ended_text(runner.returncode)}); did your code kill its parent "
+                           f"process?"}
         return finished
 
 
-# Set by a batch worker (see batch_worker.warm_up): runners are then forked warm from it.
-runner_server: RunnerServer | None = None
-
-
-def _start_runner(job: Job, write_fd: int, log) -> subprocess.Popen | ForkedChild:
+def _start_runner(job: Job, write_fd: int, log,
+                  runners: RunnerServer | None) -> subprocess.Popen | ForkedChild:
     payload = json.dumps(asdict(job))
-    if runner_server is not None and runner_server.alive:
-        forked = runner_server.spawn(payload, write_fd, log.fileno())
+    if runners is not None and runners.alive:
+        forked = runners.spawn(payload, write_fd, log.fileno())
         if forked is not None:
             return forked
     runner = subprocess.Popen(
@@ -309,14 +320,3 @@ def kill_uid(uid: int) -> None:
                 pass
             os._exit(0)
         os.waitpid(pid, 0)
-
-
-def _ended(code: int) -> str:
-    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -11,9 +11,7 @@ Each forked runner also gets a channel back to the server for its sandbox zygote
 forks one per request, and the fork enters the submission's cgroup, limits, namespaces and uid
 (`_become_zygote`), so sandboxes skip the interpreter and torch start-up too.
 
-`RunnerServer` is the client, used by `autograder.grading.supervisor` when a batch worker installed
-one;
-`ForkChannel` is the client side of either kind of request.
+Our side of it (`RunnerServer`, `ForkChannel`, `WarmZygotes`) is autograder.grading.fork_channel.
 """
 
 from __future__ import annotations
@@ -22,13 +20,10 @@ import ctypes
 import gc
 import json
 import os
-import queue
 import select
 import signal
 import socket
-import subprocess
 import sys
-import threading
 
 
 def serve(control_fd: int) -> None:
@@ -38,7 +33,8 @@ def serve(control_fd: int) -> None:
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
-    from autograder.grading.pytest_plugin import Job
+    from autograder.grading.fork_channel import WarmZygotes
+    from autograder.grading.job import Job
     from autograder.grading.runner import run
     from autograder.project import budgets
     from autograder.sandbox import client as sandbox  # noqa: F401
@@ -107,7 +103,6 @@ def serve(control_fd: int) -> None:
                     os.close(fd)
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                sandbox.warm_zygotes = WarmZygotes(theirs)
                 results_fd, log_fd = fds
                 job = Job(**json.loads(message))
                 null = os.open(os.devnull, os.O_RDONLY)
@@ -118,7 +113,7 @@ def serve(control_fd: int) -> None:
                 os.chdir(job.output_dir)
                 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as runner.main
                 os.umask(0o077)
-                code = run(job, results_fd)
+                code = run(job, results_fd, zygotes=WarmZygotes(theirs))
                 sys.stdout.flush()  # pytest's summary, for runner.log
                 sys.stderr.flush()
                 os._exit(code)
@@ -169,6 +164,7 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
     try:
         from autograder.sandbox import client as sandbox
         from autograder.sandbox import launcher as isolation_launcher
+        from autograder.sandbox.folder import RUNTIME_PACKAGE
         from autograder.sandbox_runtime import worker
 
         control_fd, out_fd = fds
@@ -198,9 +194,9 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         from autograder import sandbox_runtime
         from autograder.sandbox_runtime import codec, simulated_cuda, wire
 
-        sys.modules[sandbox.RUNTIME_PACKAGE] = sandbox_runtime
+        sys.modules[RUNTIME_PACKAGE] = sandbox_runtime
         for module in (codec, simulated_cuda, wire, worker):
-            sys.modules[f"{sandbox.RUNTIME_PACKAGE}.{module.__name__.rsplit('.', 1)[1]}"] = module
+            sys.modules[f"{RUNTIME_PACKAGE}.{module.__name__.rsplit('.', 1)[1]}"] = module
         sys.argv[:] = ["sandbox"]
         worker.main(["zygote", str(control_fd)])
     except BaseException:  # noqa: BLE001 - say why, then fail like the launcher does
@@ -209,137 +205,6 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
     os._exit(121)
-
-
-class ForkedChild:
-    """A child the server forked for us: the parts of `subprocess.Popen` the callers use."""
-
-    def __init__(self, channel: ForkChannel, pid: int) -> None:
-        self.channel, self.pid = channel, pid
-        self.returncode: int | None = None
-
-    def wait(self, timeout: float | None = None) -> int:
-        status = self.channel.status_of(self.pid, timeout)
-        if status is None:
-            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-        self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-
-class ForkChannel:
-    """Our end of a socket to the server: ask it to fork (a message and two descriptors), hear
-    the child's pid, and later how it ended. Used for runners and for zygotes alike."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._socket = sock
-        self._lock = threading.Lock()  # one request at a time
-        self._spawned: queue.Queue[int | None] = queue.Queue()
-        self._statuses: dict[int, int] = {}
-        self._changed = threading.Condition()
-        self.alive = True
-        threading.Thread(target=self._listen, daemon=True).start()
-
-    def _listen(self) -> None:
-        while True:
-            try:
-                data = self._socket.recv(4096)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            message = json.loads(data)
-            if "spawned" in message:
-                self._spawned.put(message["spawned"])
-            else:
-                with self._changed:
-                    self._statuses[message["exited"]] = message["status"]
-                    self._changed.notify_all()
-        with self._changed:
-            self.alive = False
-            self._changed.notify_all()
-        self._spawned.put(None)
-
-    def fork(self, request: str, fds: list[int]) -> ForkedChild | None:
-        """The forked child, or None if the server is gone or did not answer in time."""
-        with self._lock:
-            if not self.alive:
-                return None
-            try:
-                socket.send_fds(self._socket, [request.encode()], fds)
-                pid = self._spawned.get(timeout=60)
-            except (OSError, queue.Empty):
-                pid = None
-            if pid is None:  # never wait on this channel again: a late reply would mislead
-                self.close()
-                return None
-        return ForkedChild(self, pid)
-
-    def status_of(self, pid: int, timeout: float | None) -> int | None:
-        """The child's wait status; None on timeout. A server that died took its children
-        with it: they count as killed."""
-        with self._changed:
-            self._changed.wait_for(lambda: pid in self._statuses or not self.alive, timeout)
-            if pid in self._statuses:
-                return self._statuses.pop(pid)
-            return None if self.alive else signal.SIGKILL
-
-    def close(self) -> None:
-        self.alive = False
-        self._socket.close()
-
-
-class WarmZygotes:
-    """A forked runner's source of zygotes (installed as sandbox.warm_zygotes)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.channel = ForkChannel(sock)
-
-    def start(self, spec: dict, rlimits: dict[str, int], cgroup_procs: list[str],
-              control_fd: int, out_fd: int) -> ForkedChild | None:
-        """A zygote in a new sandbox built from `spec`; None if the server is gone."""
-        request = {"spec": spec, "rlimits": rlimits, "cgroup_procs": cgroup_procs}
-        return self.channel.fork(json.dumps(request), [control_fd, out_fd])
-
-
-_PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
-              "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUTOGRADER_ISOLATION",
-              "AUTOGRADER_ROOT", "AUTOGRADER_SANDBOX_SHARE")
-
-
-def server_env() -> dict[str, str]:
-    """The server's environment, which its zygotes' memory (and /proc/self/environ) carry into
-    every sandbox: only what grading needs, never a TA's tokens."""
-    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON}
-    # torch reads these when imported, here, once for every sandbox forked later.
-    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-
-
-class RunnerServer:
-    """Started by a batch worker (see batch_worker.warm_up); `spawn` forks a warm runner."""
-
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "autograder.grading.warm_runner", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
-        theirs.close()
-        self.channel = ForkChannel(ours)
-
-    @property
-    def alive(self) -> bool:
-        return self.channel.alive
-
-    def spawn(self, job_json: str, results_fd: int, log_fd: int) -> ForkedChild | None:
-        """A new runner for `job_json`; None if the server is gone (start one the usual way)."""
-        forked = self.channel.fork(job_json, [results_fd, log_fd])
-        if forked is None:
-            self.close()
-        return forked
-
-    def close(self) -> None:
-        self.channel.close()
-        self.process.kill()
-        self.process.wait()
 
 
 if __name__ == "__main__":

@@ -1,20 +1,56 @@
-"""grading.yml: loaded, validated against schemas/grading.schema.json, as dataclasses."""
+"""grading.yml: loaded, validated against schemas/grading.schema.json, as dataclasses.
+
+The schema is the one source of every default: the dataclasses here have none of their own
+(a test holds them to that), and `default_limits()` reads the schema's.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from autograder.grading.late import LatePolicy, parse_timestamp
+from autograder.project.late_policy import LatePolicy, parse_timestamp
 from autograder.project.paths import GRADING_CONFIG
 from autograder.project.schemas import SchemaError, validate, with_defaults
-from autograder.sandbox.client import SandboxLimits
 
 
 class ConfigError(ValueError):
     """grading.yml is missing, malformed or does not match its schema."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits applied to every sandbox process (grading.yml's `limits` and
+    `timeouts.call`, in bytes and seconds)."""
+
+    call_timeout: float
+    memory_bytes: int
+    cpu_seconds: int
+    max_file_bytes: int
+    max_open_files: int
+    max_processes: int
+    disk_bytes: int
+    output_bytes: int
+
+
+def sandbox_limits(limits: dict, timeouts: dict) -> SandboxLimits:
+    """SandboxLimits from grading.yml's `limits` and `timeouts` objects (defaults filled in)."""
+    return SandboxLimits(
+        call_timeout=timeouts["call"], memory_bytes=limits["memory_mb"] << 20,
+        cpu_seconds=limits["cpu_seconds"], max_file_bytes=limits["file_mb"] << 20,
+        max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
+        disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"])
+
+
+def default_limits(**overrides: float) -> SandboxLimits:
+    """The limits of an assignment whose grading.yml sets none (the schema's defaults), with
+    `overrides` (SandboxLimits field names) applied: for tests and benchmarks."""
+    defaults = with_defaults({"limits": {}, "timeouts": {}}, "grading.schema.json",
+                             "#/$defs/assignment")
+    limits = sandbox_limits(defaults["limits"], defaults["timeouts"])
+    return SandboxLimits(**{**limits.__dict__, **overrides})
 
 
 @dataclass(frozen=True)
@@ -40,12 +76,12 @@ class AssignmentConfig:
     limits: SandboxLimits
     gpu_policy: str
     rank_retries: int
-    budget_factor: float = 0.0  # k of a test's calibrated budget (0: flat `test_timeout`)
-    budget_floor: float = 5.0  # the least a calibrated budget may be, in seconds
-    late: LatePolicy = field(default_factory=LatePolicy)  # grading.yml's `late` (batch grading)
+    budget_factor: float  # k of a test's calibrated budget (0: flat `test_timeout`)
+    budget_floor: float  # the least a calibrated budget may be, in seconds
+    late: LatePolicy  # grading.yml's `late` (batch grading)
     # Visibility of unanswered and malformed answers (`multiple_choice.visibility` is that of
     # right and wrong ones): see parts.multiple_choice.problems_visibility in the schema.
-    answer_problems_visibility: str = "visible"
+    answer_problems_visibility: str
 
 
 def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
@@ -99,11 +135,7 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         functions=dict(coding["functions"]), show_student_output=coding["show_student_output"],
         call_timeout=timeouts["call"], test_timeout=timeouts["test"],
         submission_timeout=timeouts["submission"],
-        limits=SandboxLimits(
-            call_timeout=timeouts["call"], memory_bytes=limits["memory_mb"] << 20,
-            cpu_seconds=limits["cpu_seconds"], max_file_bytes=limits["file_mb"] << 20,
-            max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
-            disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"]),
+        limits=sandbox_limits(limits, timeouts),
         gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
         budget_factor=float(timeouts["budget_factor"]),
         budget_floor=float(timeouts["budget_floor"]),

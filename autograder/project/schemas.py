@@ -33,10 +33,12 @@ def validate(document: Any, schema_name: str, label: str) -> None:
         raise SchemaError("\n".join(lines))
 
 
-def with_defaults(document: Any, schema_name: str) -> Any:
-    """A copy of `document` with every missing key that has a schema default filled in."""
+def with_defaults(document: Any, schema_name: str, node: str = "#") -> Any:
+    """A copy of `document` with every missing key that has a schema default filled in;
+    `node` (a JSON pointer such as "#/$defs/assignment"): the part of the schema it follows."""
     schema = load_schema(schema_name)
-    return _fill(copy.deepcopy(document), schema, schema)
+    start = schema if node == "#" else _resolve(node, schema)
+    return _fill(copy.deepcopy(document), start, schema)
 
 
 def _fill(value: Any, node: dict, root: dict) -> Any:

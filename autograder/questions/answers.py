@@ -7,7 +7,7 @@ missing or broken file gives 0 points with a message on every question, and a ba
 only its own question "invalid".
 
 Answers are normalised before validation against the answers schema (see
-``autograder.questions.bank.answers_schema``): letters are stripped and upper-cased; for a
+``autograder.project.question_bank.answers_schema``): letters are stripped and upper-cased; for a
 single-answer question a one-letter list counts as that letter, for a select-all question one
 letter counts as a one-element list; null, "" and [] mean unanswered.
 """
@@ -27,7 +27,7 @@ import jsonschema
 import yaml
 
 from autograder.project.inert import label
-from autograder.questions.bank import Question, QuestionBank, answers_schema
+from autograder.project.question_bank import Question, QuestionBank, answers_schema
 from autograder.sandbox.untrusted_parse import ChildFailed, run_limited
 from autograder.student_files.check import DuplicateAnswer, answers_loader
 

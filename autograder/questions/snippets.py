@@ -17,13 +17,11 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autograder.questions.bank import Outcome, Question
+    from autograder.project.question_bank import Environment, Outcome, Question
 
-Environment = Literal["no_gpu", "one_gpu", "multi_gpu"]
-ENVIRONMENTS: tuple[Environment, ...] = ("no_gpu", "one_gpu", "multi_gpu")
 
 # The harness runs the snippet as __main__ through runpy, so `if __name__ == "__main__":` guards
 # work and multiprocessing's spawn start method can re-import the snippet file in its children.

@@ -32,7 +32,7 @@ from autograder.project.config import load_config
 from autograder.project.markers import reference, strip_solutions
 from autograder.project.paths import GRADING_CONFIG
 from autograder.project.paths import PACKAGE_ROOT as ENGINE_ROOT
-from autograder.questions.bank import QuestionBank, render_answers_schema
+from autograder.project.question_bank import QuestionBank, render_answers_schema
 from autograder.release.otter import OtterError, otter_files
 from autograder.student_files import check as student_check
 from autograder.student_files.otter_checks import PUBLIC_TESTS

@@ -14,16 +14,13 @@ import fcntl
 import json
 import os
 import pickle
-import py_compile
 import queue
 import resource
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import termios
 import threading
@@ -31,9 +28,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from autograder.project.config import SandboxLimits
 from autograder.sandbox.cgroups import Cgroup
+from autograder.sandbox.folder import boot, sandbox_env
 from autograder.sandbox.isolation import (
     Isolation,
     detect,
@@ -43,15 +42,21 @@ from autograder.sandbox.isolation import (
     wrap,
 )
 from autograder.sandbox.launcher import install_seccomp
+from autograder.sandbox.processes import (
+    children_of,
+    free_port,
+    gpu_device_present,
+    kill_group,
+    kill_if_same,
+    namespace_pid,
+    process_start_time,
+    sandbox_memory_bytes,
+    seconds_text,
+)
 from autograder.sandbox_runtime import codec, wire
 
-RUNTIME_PACKAGE = "agsandbox"
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
-# Called with the pid of every sandbox process started, so its group can be killed later even
-# if the process that started it dies first.
-on_process_start: Callable[[int], None] | None = None
-_RUNTIME_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_runtime"
 
 
 class SandboxFailure(Exception):
@@ -71,13 +76,6 @@ class SandboxTimeout(SandboxFailure):
 class ImportHang(SandboxFailure):
     """The student's module did not finish importing in time: no function is to blame, and no
     test runs after it (see Sandbox._import_hang)."""
-
-
-def seconds_text(seconds: float) -> str:
-    """'12', '3', '1.5', '0.4': tenths below 10 s when they are not 0."""
-    if seconds >= 9.95:
-        return f"{seconds:.0f}"
-    return f"{seconds:.1f}".removesuffix(".0")
 
 
 class StudentError(Exception):
@@ -125,68 +123,6 @@ def _strings(value: object) -> list[str]:
     return [str(v) for v in value] if type(value) is list else []
 
 
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits applied to every sandbox process (from grading.yml)."""
-
-    call_timeout: float = 10.0
-    memory_bytes: int = 4 << 30
-    cpu_seconds: int = 120
-    max_file_bytes: int = 64 << 20
-    max_open_files: int = 256
-    max_processes: int = 256
-    disk_bytes: int = 256 << 20
-    output_bytes: int = 1 << 20
-
-
-def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path | None,
-                        parent: Path) -> Path:
-    """A fresh folder holding only a copy of the student's module, the probes and the worker."""
-    root = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
-    if module_file is not None:
-        shutil.copyfile(module_file, root / f"{module_name}.py")
-    if probes is not None:
-        shutil.copyfile(probes, root / "probes.py")
-        # Compiled here, once (trusted code): every worker imports probes, and sandboxes never
-        # write bytecode, so each would compile it again (about 8 ms for dp_basics', 40 to 50
-        # workers a grading). Student code owns this folder and could change either file, as
-        # it could change probes.py itself: probes are never trusted (see ARCHITECTURE.md).
-        py_compile.compile(str(root / "probes.py"), doraise=True, quiet=1,
-                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
-    shutil.copytree(_RUNTIME_SOURCE, root / RUNTIME_PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "tmp").mkdir()
-    return root
-
-
-def _site_dirs() -> list[str]:
-    paths = sysconfig.get_paths()
-    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
-
-
-def _boot(sandbox_dir: Path) -> str:
-    # Student folder last, so its files can never shadow the standard library or torch.
-    search = [*_site_dirs(), str(sandbox_dir)]
-    return (f"import sys; sys.path.extend({search!r}); sys.argv[0] = 'sandbox'; "
-            f"from {RUNTIME_PACKAGE}.worker import main; main(sys.argv[1:])")
-
-
-def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
-    """A scrubbed environment: no tokens or secrets, only what torch needs."""
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox_dir),
-        "TMPDIR": str(sandbox_dir / "tmp"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
-        # gloo rendezvous stays on loopback.
-        "GLOO_SOCKET_IFNAME": "lo", "TORCHINDUCTOR_CACHE_DIR": str(sandbox_dir / "tmp"),
-    }
-    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
 def rlimits(limits: SandboxLimits) -> dict[str, int]:
     """The resource limits of every sandbox process, by `resource` constant name."""
     # CUDA maps far more address space than any sane RLIMIT_AS: on a GPU grader the cgroup
@@ -221,96 +157,48 @@ def _limit(limits: SandboxLimits, cgroup: Cgroup | None,
     return apply
 
 
-# What the trusted processes of one grading may need beside its sandboxes: the parent (no
-# torch) and the runner (pytest and torch imported), measured at about 90 + 260 MB RSS on the
-# reference (bench/worst_cases.py), with room for a large reply being decoded.
-TRUSTED_RESERVE = 400 << 20
-MIN_SANDBOX_MEMORY = 256 << 20
+class ZygoteSource(Protocol):
+    """Forks a zygote into a new sandbox built from `spec` (None when it cannot)."""
+
+    def start(self, spec: dict, rlimits: dict[str, int], cgroup_procs: list[str],
+              control_fd: int, out_fd: int) -> Any: ...
 
 
-def container_memory_limit() -> int | None:
-    """The memory limit of the cgroup this grader runs in (the tightest of its ancestors:
-    Gradescope's container, Docker's --memory), or None when there is none."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    found: list[int] = []
-    for line in lines:
-        _, names, path = line.split(":", 2)
-        if names == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():  # v2
-            folder = Path("/sys/fs/cgroup") / path.lstrip("/")
-            while True:
-                found += _limit_in(folder / "memory.max")
-                if folder == Path("/sys/fs/cgroup") or folder == folder.parent:
-                    break
-                folder = folder.parent
-        elif "memory" in names.split(","):  # v1: the kernel sums up the ancestors for us
-            try:
-                stat = (Path("/sys/fs/cgroup/memory") / path.lstrip("/") /
-                        "memory.stat").read_text()
-            except OSError:
-                continue
-            for entry in stat.splitlines():
-                if entry.startswith("hierarchical_memory_limit "):
-                    found += _limit_in(None, entry.split()[1])
-    return min(found) if found else None
+@dataclass(frozen=True)
+class Starts:
+    """How a sandbox starts its processes, given by whoever creates it (never set globally).
 
-
-def _limit_in(path: Path | None, text: str | None = None) -> list[int]:
-    try:
-        value = (text if text is not None else path.read_text()).strip()
-        number = int(value)
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [number] if number < (1 << 50) else []  # "max" or the v1 page-rounded infinity
-
-
-def sandbox_memory_bytes(configured: int, share: int | None = None) -> int:
-    """The memory limit of one sandbox's cgroup: grading.yml's, or less when this grader's own
-    container is smaller. Then a submission that takes all the memory it can is killed inside
-    its sandbox and the grader, which writes results.json, never is. `share`: sandboxes that
-    may run at once (batch workers, AUTOGRADER_SANDBOX_SHARE), each with its trusted processes.
+    - `zygotes`: in a runner forked by a warm runner server, the server forks the zygotes
+      (it has torch imported and has never seen a submission or a test); otherwise None.
+    - `on_start`: called with the pid of every sandbox process started, so its group can be
+      killed later even if the process that started it dies first.
     """
-    limit = container_memory_limit()
-    if limit is None:
-        return configured
-    if share is None:
-        try:
-            share = max(1, int(os.environ.get("AUTOGRADER_SANDBOX_SHARE", "1")))
-        except ValueError:
-            share = 1
-    room = (limit - share * TRUSTED_RESERVE) // share
-    return max(MIN_SANDBOX_MEMORY, min(configured, room))
 
+    zygotes: ZygoteSource | None = None
+    on_start: Callable[[int], None] | None = None
 
-def gpu_device_present() -> bool:
-    return Path("/dev/nvidiactl").exists()
-
-
-# Set in a runner forked by a warm runner server (autograder.grading.warm_runner): zygotes are then
-# forked by that server, which has torch imported and has never seen a submission or a test.
-warm_zygotes = None
+    def started(self, pid: int) -> None:
+        if self.on_start is not None:
+            self.on_start(pid)
 
 
 def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path: Path,
           pass_fds: tuple[int, ...], isolation: Isolation, ids: tuple[int, int] | None,
-          cgroup: Cgroup | None) -> subprocess.Popen:
+          cgroup: Cgroup | None, starts: Starts) -> subprocess.Popen:
     """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
     env = sandbox_env(sandbox_dir)
     mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
-    if warm_zygotes is not None and isolation.mode == "namespaces" and argv[0] == "zygote":
+    if starts.zygotes is not None and isolation.mode == "namespaces" and argv[0] == "zygote":
         spec = launch_spec(sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
                            limits.disk_bytes)
         with open(output_path, "ab") as out:
-            warm = warm_zygotes.start(spec, rlimits(limits),
+            warm = starts.zygotes.start(spec, rlimits(limits),
                                       cgroup.procs_files if cgroup else [], int(argv[1]),
                                       out.fileno())
         if warm is not None:
-            if on_process_start is not None:
-                on_process_start(warm.pid)
+            starts.started(warm.pid)
             return warm
-    command = [sys.executable, "-I", "-S", "-B", "-c", _boot(sandbox_dir), *argv]
+    command = [sys.executable, "-I", "-S", "-B", "-c", boot(sandbox_dir), *argv]
     command = wrap(command, sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
                    limits.disk_bytes)
     with open(output_path, "ab") as out:
@@ -318,8 +206,7 @@ def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path
             command, cwd=sandbox_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=out, stderr=out, pass_fds=pass_fds, start_new_session=True,
             preexec_fn=_limit(limits, cgroup, isolation.mode == "none"))
-    if on_process_start is not None:
-        on_process_start(popen.pid)
+    starts.started(popen.pid)
     return popen
 
 
@@ -332,12 +219,14 @@ class Zygote:
     """
 
     def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
-                 isolation: Isolation, ids: tuple[int, int] | None) -> None:
+                 isolation: Isolation, ids: tuple[int, int] | None,
+                 starts: Starts = Starts()) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.cgroup = Cgroup.create(sandbox_memory_bytes(limits.memory_bytes),
                                     limits.max_processes)
         self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
-                           (theirs.fileno(),), isolation, ids, self.cgroup)
+                           (theirs.fileno(),), isolation, ids, self.cgroup, starts)
+        self.starts = starts
         theirs.close()
         self._socket = ours
         self._spawned: queue.Queue[int | None] = queue.Queue()
@@ -403,10 +292,13 @@ class Zygote:
                 os.close(fd)
             self.close()
             raise SandboxFailure("the sandbox could not start a process for your code")
-        if on_process_start is not None:
-            on_process_start(pid)
+        self.starts.started(pid)
         _oom_victim_first(pid)
         return pid, request_w, reply_r
+
+    def reported_pid(self, pid: int) -> int:
+        """The pid the zygote uses for its child `pid` (its namespace's, when namespaced)."""
+        return self._ns_pids.get(pid, pid)
 
     def _ended(self, reported: int, timeout: float = 2.0) -> bool:
         """Whether the zygote reports its child `reported` as ended (within `timeout`)."""
@@ -416,8 +308,8 @@ class Zygote:
     def _host_pid(self, reported: int) -> int | None:
         """The host pid of the zygote's child that the zygote calls `reported`."""
         zygote = self._zygote_pid()
-        for child in _children_of(zygote):
-            if _namespace_pid(child) == reported:
+        for child in children_of(zygote):
+            if namespace_pid(child) == reported:
                 self._ns_pids[child] = reported
                 return child
         return None
@@ -427,14 +319,13 @@ class Zygote:
         if self.isolated:
             if self._pid1 is not None:
                 return self._pid1[0]
-            children = _children_of(self.popen.pid)
+            children = children_of(self.popen.pid)
             if not children:
                 return -1
             # Recorded by its host pid, to be killed by it: killing the launcher's group misses
             # a zygote that left the group, and with it goes everything in its PID namespace.
             self._pid1 = (children[0], process_start_time(children[0]))
-            if on_process_start is not None:
-                on_process_start(children[0])
+            self.starts.started(children[0])
             return children[0]
         return self.popen.pid
 
@@ -447,7 +338,7 @@ class Zygote:
 
     def close(self) -> None:
         self.alive = False
-        _kill_group(self.popen.pid)
+        kill_group(self.popen.pid)
         if self._pid1 is not None:
             kill_if_same(*self._pid1)
         try:
@@ -468,55 +359,6 @@ def _oom_victim_first(pid: int) -> None:
         Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
     except OSError:
         pass
-
-
-def _children_of(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(c) for c in text.split()]
-
-
-def _namespace_pid(pid: int) -> int | None:
-    """The pid a process has in its innermost PID namespace (itself when not namespaced)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return int(line.split()[-1])
-    except (OSError, ValueError):
-        return None
-    return pid
-
-
-def process_start_time(pid: int) -> str | None:
-    """When a process started (clock ticks since boot), to tell it from a later one that got
-    the same pid; None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def kill_if_same(pid: int, started: str | None) -> None:
-    """SIGKILL `pid` if it is still the process that started at `started`."""
-    if started is not None and process_start_time(pid) == started:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _kill_group(pid: int) -> None:
-    if pid <= 0:  # never a process group of the host (see Zygote.spawn's ended workers)
-        return
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class _Process:
@@ -542,7 +384,7 @@ class _Process:
         if self.gone_before_send or self._request_unread():
             return True
         self._wait(timeout=5)
-        ended = self.zygote.exit_times.get(self.zygote._ns_pids.get(self.pid, self.pid))
+        ended = self.zygote.exit_times.get(self.zygote.reported_pid(self.pid))
         return ended is not None and ended < self.sent_at
 
     def _request_unread(self) -> bool:
@@ -598,7 +440,7 @@ class _Process:
 
     def kill(self) -> None:
         if self._status is None:
-            _kill_group(self.pid)
+            kill_group(self.pid)
             self._wait(timeout=5)
         for fd in (self.request_w, self.reply_r):
             try:
@@ -639,8 +481,10 @@ class Sandbox:
     """
 
     def __init__(self, sandbox_dir: Path, module_name: str, limits: SandboxLimits,
-                 output_path: Path, isolation: Isolation | None = None) -> None:
+                 output_path: Path, isolation: Isolation | None = None,
+                 starts: Starts = Starts()) -> None:
         self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
+        self.starts = starts
         self.output_path = output_path
         self.isolation = detect() if isolation is None else isolation
         self.ids = sandbox_ids()
@@ -660,7 +504,8 @@ class Sandbox:
             if self._zygote is not None:
                 self._zygote.close()
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
-            self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids)
+            self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids,
+                                  self.starts)
         return self._zygote
 
     def _fork(self, mode: str, output_path: Path, gpus: int) -> _Process:
@@ -812,8 +657,3 @@ class Sandbox:
         return data[: self.limits.output_bytes].decode("utf-8", "replace"), cut
 
 
-def free_port() -> int:
-    """A free TCP port on loopback for a gloo rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from autograder.questions.bank import Outcome, Question, load_bank
+from autograder.project.question_bank import Outcome, Question, load_bank
 from autograder.questions.snippets import (
     SnippetOutcome,
     check_snippet,

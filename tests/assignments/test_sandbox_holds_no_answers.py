@@ -17,7 +17,7 @@ import pytest
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference
-from autograder.sandbox.client import prepare_sandbox_dir
+from autograder.sandbox.folder import prepare_sandbox_dir
 
 WINDOW = 3  # statements in a row that would already be a piece of the reference's logic
 

@@ -8,7 +8,7 @@ wrong options, unique ids, regexes that compile). Every error names the question
 key too often the longest (or the shortest) option; `load_bank` issues them as
 `QuestionBankWarning`s, so `autograder validate` shows them without failing.
 
-Regenerate the committed answers schema with ``python -m autograder.questions.bank``.
+Regenerate the committed answers schema with ``python -m autograder.project.question_bank``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,16 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import yaml
 
 from autograder.project.paths import ASSIGNMENTS_DIR, SCHEMAS_DIR
-from autograder.questions.snippets import ENVIRONMENTS
+
+# Where a question's snippet is run (its `expect` names the outcome in each).
+Environment = Literal["no_gpu", "one_gpu", "multi_gpu"]
+ENVIRONMENTS: tuple[Environment, ...] = ("no_gpu", "one_gpu", "multi_gpu")
 
 QUESTIONS_SCHEMA_PATH = SCHEMAS_DIR / "questions.schema.json"
 ANSWERS_SCHEMA_PATH = SCHEMAS_DIR / "answers.schema.json"
@@ -345,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         current = ANSWERS_SCHEMA_PATH.read_text(encoding="utf-8") if \
             ANSWERS_SCHEMA_PATH.exists() else ""
         if current != text:
-            print(f"{ANSWERS_SCHEMA_PATH} is out of date; run python -m autograder.questions.bank")
+            print(f"{ANSWERS_SCHEMA_PATH} is out of date; run "
+                  "python -m autograder.project.question_bank")
             return 1
         return 0
     ANSWERS_SCHEMA_PATH.write_text(text, encoding="utf-8")

@@ -1,0 +1,59 @@
+"""What the trusted parent asks a runner to do, and what a runner collects: plain data.
+
+Kept apart from the pytest plugin so the parent (grading one submission) never imports pytest
+or torch to build a job (an import contract in `make lint` holds it to that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+
+
+@dataclass
+class Job:
+    """What the runner is asked to do; written by the parent as JSON."""
+
+    tests_dir: str
+    assignment_dir: str
+    module_name: str
+    functions: dict[str, float]
+    output_dir: str
+    # From grading.yml (the supervisor copies them from the assignment's config): no defaults
+    # here, so the schema stays their one source.
+    test_timeout: float
+    rank_retries: int
+    visibility: str
+    budget_factor: float
+    budget_floor: float
+    sandbox_dir: str | None = None
+    missing_reason: str | None = None
+    limits: dict = field(default_factory=dict)
+    collect_only: bool = False
+    skip: list[str] = field(default_factory=list)
+    # Functions that hung in an earlier runner of this grading: {function: first hang}.
+    hung: dict[str, dict] = field(default_factory=dict)
+    # Calibrated budgets (see autograder.project.budgets): the reference's seconds per test nodeid,
+    # the calibration workload's seconds when they were recorded, k and the floor (k 0: flat).
+    timings: dict[str, float] = field(default_factory=dict)
+    timings_calibration: float | None = None
+    machine_calibration: float | None = None  # measured by this grading's first runner
+    # pytest's own tracebacks of failed tests in runner.log (AUTOGRADER_KEEP_WORKDIR): they
+    # parse the source of every frame, about 20 ms a failure; students never see them.
+    tracebacks: bool = False
+
+
+@dataclass
+class TestSpec:
+    """A collected test as declared by its markers and docstring."""
+
+    nodeid: str
+    name: str
+    function: str
+    points: float  # the test's weight until collection splits its function's points
+    visibility: str
+    gpu: bool
+    timeout: float
+    uses: list[str] = field(default_factory=list)  # every student function the test needs
+    tolerant: bool = False

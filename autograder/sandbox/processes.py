@@ -1,0 +1,149 @@
+"""Sandbox processes seen from the host: identity, killing, memory room, GPU presence.
+
+Only the standard library: the trusted parent (grading one submission) uses these to clean up
+after its runners without importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+
+
+def seconds_text(seconds: float) -> str:
+    """'12', '3', '1.5', '0.4': tenths below 10 s when they are not 0."""
+    if seconds >= 9.95:
+        return f"{seconds:.0f}"
+    return f"{seconds:.1f}".removesuffix(".0")
+
+
+# What the trusted processes of one grading may need beside its sandboxes: the parent (no
+# torch) and the runner (pytest and torch imported), measured at about 90 + 260 MB RSS on the
+# reference (bench/worst_cases.py), with room for a large reply being decoded.
+TRUSTED_RESERVE = 400 << 20
+
+
+MIN_SANDBOX_MEMORY = 256 << 20
+
+
+def container_memory_limit() -> int | None:
+    """The memory limit of the cgroup this grader runs in (the tightest of its ancestors:
+    Gradescope's container, Docker's --memory), or None when there is none."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    found: list[int] = []
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if names == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():  # v2
+            folder = Path("/sys/fs/cgroup") / path.lstrip("/")
+            while True:
+                found += _limit_in(folder / "memory.max")
+                if folder == Path("/sys/fs/cgroup") or folder == folder.parent:
+                    break
+                folder = folder.parent
+        elif "memory" in names.split(","):  # v1: the kernel sums up the ancestors for us
+            try:
+                stat = (Path("/sys/fs/cgroup/memory") / path.lstrip("/") /
+                        "memory.stat").read_text()
+            except OSError:
+                continue
+            for entry in stat.splitlines():
+                if entry.startswith("hierarchical_memory_limit "):
+                    found += _limit_in(None, entry.split()[1])
+    return min(found) if found else None
+
+
+def _limit_in(path: Path | None, text: str | None = None) -> list[int]:
+    try:
+        value = (text if text is not None else path.read_text()).strip()
+        number = int(value)
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [number] if number < (1 << 50) else []  # "max" or the v1 page-rounded infinity
+
+
+def sandbox_memory_bytes(configured: int, share: int | None = None) -> int:
+    """The memory limit of one sandbox's cgroup: grading.yml's, or less when this grader's own
+    container is smaller. Then a submission that takes all the memory it can is killed inside
+    its sandbox and the grader, which writes results.json, never is. `share`: sandboxes that
+    may run at once (batch workers, AUTOGRADER_SANDBOX_SHARE), each with its trusted processes.
+    """
+    limit = container_memory_limit()
+    if limit is None:
+        return configured
+    if share is None:
+        try:
+            share = max(1, int(os.environ.get("AUTOGRADER_SANDBOX_SHARE", "1")))
+        except ValueError:
+            share = 1
+    room = (limit - share * TRUSTED_RESERVE) // share
+    return max(MIN_SANDBOX_MEMORY, min(configured, room))
+
+
+def gpu_device_present() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def namespace_pid(pid: int) -> int | None:
+    """The pid a process has in its innermost PID namespace (itself when not namespaced)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def process_start_time(pid: int) -> str | None:
+    """When a process started (clock ticks since boot), to tell it from a later one that got
+    the same pid; None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def kill_if_same(pid: int, started: str | None) -> None:
+    """SIGKILL `pid` if it is still the process that started at `started`."""
+    if started is not None and process_start_time(pid) == started:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_group(pid: int) -> None:
+    if pid <= 0:  # never a process group of the host (see Zygote.spawn's ended workers)
+        return
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def free_port() -> int:
+    """A free TCP port on loopback for a gloo rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ended_text(code: int) -> str:
+    """How a process ended, from its return code: 'signal SIGKILL' or 'exit status 3'."""
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"

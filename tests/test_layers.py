@@ -1,0 +1,61 @@
+"""The engine's import layers (pyproject.toml [tool.importlinter]), as `make lint` checks them.
+
+The contracts hold on the real tree, and each one fails, naming the import, when a copy of the
+engine gets one wrong-direction import.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter not installed")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                          timeout=300)
+
+
+def engine_copy(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "autograder", tmp_path / "autograder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def test_the_engine_keeps_its_layers():
+    result = lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    # a lower layer reaching up: the project layer importing batch grading
+    ("project/paths.py", "from autograder.batch import driver", "Layers"),
+    # the untrusted side importing the trusted side
+    ("sandbox_runtime/wire.py", "from autograder.project import config",
+     "The sandbox runtime"),
+    # check.py, shipped to students, importing the engine
+    ("student_files/check.py", "from autograder.project import paths", "Files shipped"),
+    # the parent of a grading pulling pytest in through the plugin
+    ("grading/grade.py", "from autograder.grading import pytest_plugin",
+     "The trusted parent imports neither torch nor pytest"),
+])
+def test_a_wrong_direction_import_fails_naming_it(tmp_path, module, line, contract):
+    root = engine_copy(tmp_path)
+    path = root / "autograder" / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    result = lint(root)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken
+    assert "autograder." + module.removesuffix(".py").replace("/", ".") in broken
