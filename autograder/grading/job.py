@@ -27,9 +27,9 @@ class Job:
     visibility: str
     budget_factor: float
     budget_floor: float
+    limits: dict  # SandboxLimits as a dict
     sandbox_dir: str | None = None
     missing_reason: str | None = None
-    limits: dict = field(default_factory=dict)
     collect_only: bool = False
     skip: list[str] = field(default_factory=list)
     # Functions that hung in an earlier runner of this grading: {function: first hang}.

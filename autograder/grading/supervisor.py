@@ -101,7 +101,7 @@ def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
               missing_reason="collection only", visibility=config.coding.visibility,
               test_timeout=config.test_timeout, rank_retries=config.rank_retries,
               budget_factor=config.budget_factor, budget_floor=config.budget_floor,
-              collect_only=True)
+              limits=asdict(config.limits), collect_only=True)
     supervisor = _Supervisor(job, time.monotonic() + 300)
     supervisor.run()
     return supervisor.specs or []
