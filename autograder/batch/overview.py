@@ -34,11 +34,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-import jinja2
-
 from autograder.batch.records import GradedSubmission, LateStatus, report_folder
 from autograder.grading.report import PART_TITLES
 from autograder.grading.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
+from autograder.project import templates
 from autograder.project.assignment import Assignment
 
 CHART_DIR = "overview"
@@ -51,13 +50,8 @@ MESSAGE_CHARS = 300  # of one normalised failure message on the page
 CHART_MAX_INCHES = 6.5  # a part's chart: at most one screen at 100 dpi, title and axis included
 SUBMISSION_LEVEL = ("blank", "no_module", "not_importable")  # one failure, not one per test
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("autograder", "templates"),
-    # Templates are named *.html.j2: escaping must follow that suffix, not ".html".
-    autoescape=jinja2.select_autoescape(["html", "html.j2"]), trim_blocks=True,
-    lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-_ENV.filters["num"] = lambda value, digits=2: num(value, digits)
-_ENV.filters["duration"] = lambda minutes: duration(minutes)
+_ENV = templates.environment(num=lambda value, digits=2: num(value, digits),
+                             duration=lambda minutes: duration(minutes))
 
 
 def num(value: float, digits: int = 2) -> str:

@@ -32,6 +32,7 @@ import yaml
 
 from autograder.batch.records import ClassSubmission, Submitter
 from autograder.grading.archives import ArchiveError, extract_zip
+from autograder.grading.submission import upload_path
 from autograder.project.late_policy import parse_timestamp
 
 METADATA = "submission_metadata.yml"
@@ -315,15 +316,7 @@ def _top_folder(root: Path, plain: bool) -> Path:
 
 
 def _upload(path: Path) -> Path:
-    """What to grade: the folder, or the one .zip it holds when the student uploaded only that
-    (grading extracts a zip safely, as Gradescope's run_autograder does)."""
-    if not path.is_dir():
-        return path
-    entries = [p for p in path.iterdir() if not p.name.startswith(".") and p.name not in _IGNORED]
-    if len(entries) == 1 and entries[0].suffix.lower() == ".zip" and entries[0].is_file() \
-            and not entries[0].is_symlink():
-        return entries[0]
-    return path
+    return upload_path(path, ignored=_IGNORED)
 
 
 def _check_sids(submissions: list[ClassSubmission], warnings: list[str]) -> None:

@@ -29,6 +29,8 @@ import traceback
 from importlib import metadata
 from pathlib import Path
 
+from autograder.grading.submission import upload_path
+
 GRADESCOPE_ROOT_ENV = "AUTOGRADER_GRADESCOPE_ROOT"  # tests only: a stand-in for /autograder
 PYTHON_ENV = "AUTOGRADER_PYTHON"  # tests only: the Python to run instead of the bundle's venv
 TIMEOUT_ENV = "AUTOGRADER_GRADE_TIMEOUT"
@@ -215,16 +217,6 @@ def submitter_names(metadata_path: Path) -> str:
         return ""
 
 
-def submission_path(folder: Path) -> Path:
-    """The upload: the folder, or the one zip it holds (`autograder grade` extracts it safely)."""
-    entries = [p for p in folder.iterdir() if not p.name.startswith(".")] \
-        if folder.is_dir() else []
-    if len(entries) == 1 and entries[0].suffix.lower() == ".zip" and entries[0].is_file() \
-            and not entries[0].is_symlink():
-        return entries[0]
-    return folder
-
-
 def _grade_timeout(assignment: str) -> float:
     if os.environ.get(TIMEOUT_ENV):
         return float(os.environ[TIMEOUT_ENV])
@@ -275,7 +267,7 @@ def run_in_container(root: Path, assignment: str) -> int:
         results.parent.mkdir(parents=True, exist_ok=True)
         results.unlink(missing_ok=True)
         names = submitter_names(root / "submission_metadata.json")
-        error = _grade(submission_path(root / "submission"), assignment, results.parent)
+        error = _grade(upload_path(root / "submission"), assignment, results.parent)
         if error is None:
             from autograder.project.schemas import validate
 

@@ -13,9 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import jinja2
-
 from autograder.grading.results import Report, TestResult
+from autograder.project import templates
 from autograder.project.inert import clip
 from autograder.project.schemas import validate
 
@@ -26,13 +25,8 @@ MAX_FILE_BYTES = 384 << 10
 _SHRINK_STEPS = ((32 << 10, 4000), (8 << 10, 2000), (2 << 10, 1000), (512, 400), (0, 200))
 
 PART_TITLES = {"multiple_choice": "Multiple choice", "coding": "Coding"}
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("autograder", "templates"),
-    # Templates are named *.html.j2: escaping must follow that suffix, not ".html".
-    autoescape=jinja2.select_autoescape(["html", "html.j2"]), trim_blocks=True,
-    lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-_ENV.filters["md"] = lambda text: md_escape(str(text))
-_ENV.filters["fence"] = lambda text: fence(str(text))
+_ENV = templates.environment(md=lambda text: md_escape(str(text)),
+                             fence=lambda text: fence(str(text)))
 
 
 def md_escape(text: str) -> str:

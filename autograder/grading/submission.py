@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,3 +104,16 @@ def _find(root: Path, name: str, suffixes: tuple[str, ...],
     warnings.append(f"'{label(chosen.name)}' was graded as {name}{others}; name it {name} "
                     "next time")
     return chosen, None
+
+
+def upload_path(path: Path, ignored: Collection[str] = ()) -> Path:
+    """What to grade of an upload: the folder, or the one .zip it holds when the student
+    uploaded only that (grading extracts a zip safely, as Gradescope's run_autograder does).
+    Hidden files and the names in `ignored` do not count."""
+    if not path.is_dir():
+        return path
+    entries = [p for p in path.iterdir() if not p.name.startswith(".") and p.name not in ignored]
+    if len(entries) == 1 and entries[0].suffix.lower() == ".zip" and entries[0].is_file() \
+            and not entries[0].is_symlink():
+        return entries[0]
+    return path
