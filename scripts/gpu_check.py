@@ -34,8 +34,9 @@ PARTS = ("environment", "verify_key", "grading", "mutants", "batch", "memory")
 GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytest_plugin's fallback
 
 # One mutant per GPU test: (mutant, GPU test (display-name prefix), words its message must hold,
-# whether one GPU can tell it from the reference). Files from tests/assignments/mutants (their
-# EXPECT_FAIL headers name the simulated-GPU tests that catch them), or made here (GENERATED).
+# whether one GPU can tell it from the reference). Mutants of scripts/make_mutants.py, written
+# into the work folder (their EXPECT_FAIL headers name the simulated-GPU tests that catch them),
+# or made here (GENERATED).
 MUTANTS = [
     ("wrap_forgets_move", "wrap_data_parallel: puts the parameters on cuda:ids[0]",
      ["cuda:0"], True),
@@ -262,13 +263,27 @@ def part_grading(work: Path) -> dict:
     return info
 
 
-def mutant_module(name: str, reference_text: str) -> tuple[str, list[str]]:
-    """A mutant's source and the simulated-GPU tests that must catch it."""
+def write_mutants(folder: Path) -> Path:
+    """scripts/make_mutants.py's mutants and alternative solutions, written into `folder` (each
+    part its own, as parts run at once on the GPU machine)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_mutants",
+                                                  ROOT / "scripts" / "make_mutants.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    generator.write_mutants(folder)
+    return folder
+
+
+def mutant_module(name: str, reference_text: str, mutants: Path) -> tuple[str, list[str]]:
+    """A mutant's source and the simulated-GPU tests that must catch it (`mutants`: the folder
+    write_mutants wrote)."""
     if name in GENERATED:
         old, new, expect = GENERATED[name]
         assert reference_text.count(old) == 1, f"{name}: the reference no longer has {old!r}"
         return reference_text.replace(old, new), expect
-    text = (ROOT / "tests" / "assignments" / "mutants" / f"{name}.py").read_text()
+    text = (mutants / f"{name}.py").read_text()
     expect = [line.removeprefix("# EXPECT_FAIL: ").strip() for line in text.splitlines()
               if line.startswith("# EXPECT_FAIL: ")]
     return text, expect
@@ -277,9 +292,10 @@ def mutant_module(name: str, reference_text: str) -> tuple[str, list[str]]:
 def part_mutants(work: Path) -> dict:
     reference_text = sources()["reference"]
     gpus = 0 if DRY else gpu_count()
+    mutants = write_mutants(work / "mutants" / "mutants")
     folders = {}
     for name, *_ in MUTANTS:
-        text, _ = mutant_module(name, reference_text)
+        text, _ = mutant_module(name, reference_text, mutants)
         folders[name] = submission(work / "sub" / name, text)
     with ThreadPoolExecutor(jobs()) as pool:
         runs = dict(zip(folders, pool.map(lambda n: grade(folders[n], work / "out" / n),
@@ -287,7 +303,7 @@ def part_mutants(work: Path) -> dict:
     rows, problems = [], []
     for name, gpu_test, words, one_gpu_catches in MUTANTS:
         code, out, report = runs[name]
-        _, expect = mutant_module(name, reference_text)
+        _, expect = mutant_module(name, reference_text, mutants)
         row: dict = {"mutant": name, "gpu_test": gpu_test, "problems": []}
         rows.append(row)
         if report is None:
@@ -389,7 +405,7 @@ def part_batch(work: Path) -> dict:
 
     texts = sources()
     partial = load_assignment(ASSIGNMENT).root / "examples" / "partial" / "dp_basics.py"
-    alt = ROOT / "tests" / "assignments" / "mutants" / "alt_handrolled.py"
+    alt = write_mutants(work / "mutants" / "batch") / "alt_handrolled.py"
     folder = work / "class"
     submission(folder / "reference", texts["reference"], key())
     submission(folder / "partial", partial.read_text())

@@ -19,7 +19,7 @@ writes, under --out (default class-export/, which must be empty or absent; --for
 Categories (a deterministic mix for --seed; every variant appears once when --count allows):
 
 - correct: the reference solution (markers stripped) and the two alternative correct solutions
-  of tests/assignments/mutants, mostly with the full key;
+  of scripts/make_mutants.py, mostly with the full key;
 - partial: each mutant of scripts/make_mutants.py (one classic mistake), the demo's partial
   example (assignments/dp_basics/examples/partial, with its answers);
 - blank: the student template as released (stubs; answers null, or some answered);

@@ -1,16 +1,21 @@
-"""Generate tests/assignments/mutants/ddp_training/*.py from ddp_training's reference solution.
+"""Make ddp_training's mutants from its reference solution.
 
 The sibling of scripts/make_mutants.py (same header format, same one-edit-at-a-time check):
 each mutant is the reference with one classic mistake of multi-process training, and names the
-hidden tests that must catch it. It also writes assignments/ddp_training/examples/partial/.
+hidden tests that must catch it. The mutants are not committed: the acceptance test
+(tests/assignments/test_ddp_training_grading.py) makes them at run time with `write_mutants`.
+What this script writes into the tree is the demo's partly correct example,
+assignments/ddp_training/examples/partial/ (a few mutants' mistakes, half of the key):
 
-    .venv/bin/python scripts/make_ddp_training_mutants.py          # (re)write the files
-    .venv/bin/python scripts/make_ddp_training_mutants.py --check  # exit 1 if any differs
+    .venv/bin/python scripts/make_ddp_training_mutants.py              # (re)write the example
+    .venv/bin/python scripts/make_ddp_training_mutants.py --check      # exit 1 if it differs
+    .venv/bin/python scripts/make_ddp_training_mutants.py --write DIR  # the mutants, to read
+
+grading.yml's `generators` lists this script, so `autograder generate [--check]` covers it.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -21,7 +26,6 @@ from autograder.project.markers import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "assignments" / "ddp_training" / "solution" / "ddp_training.py"
-OUT = ROOT / "tests" / "assignments" / "mutants" / "ddp_training"
 PARTIAL = ROOT / "assignments" / "ddp_training" / "examples" / "partial"
 
 _spec = importlib.util.spec_from_file_location("make_mutants", ROOT / "scripts" / "make_mutants.py")
@@ -135,14 +139,29 @@ MUTANTS: list[tuple] = [
 PARTIAL_MISTAKES = ("epochs_no_set_epoch", "save_no_barrier", "amp_clip_before_unscale")
 
 
-def generate(solution: str) -> dict[Path, str]:
-    files = {OUT / f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
+def mutant_files(solution: str) -> dict[str, str]:
+    """File name -> content of every mutant."""
+    return {f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
+
+
+def write_mutants(folder: Path, solution: str | None = None) -> list[Path]:
+    """Write every mutant into `folder` (made if missing); their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in mutant_files(solution or SOLUTION.read_text()).items():
+        (folder / name).write_text(text)
+        written.append(folder / name)
+    return written
+
+
+def committed_files(solution: str) -> dict[Path, str]:
+    """Path -> content of the committed files made from the mutants: the partial example."""
     specs = {spec[0]: spec for spec in MUTANTS}
     text = reference(solution)
     for name in PARTIAL_MISTAKES:
         text = _mutate(text, specs[name])
     header = "".join(f"# PARTIAL: {specs[n][1]}: {specs[n][2]}\n" for n in PARTIAL_MISTAKES)
-    files[PARTIAL / "ddp_training.py"] = header + text
+    files = {PARTIAL / "ddp_training.py": header + text}
     bank = yaml.safe_load((SOLUTION.parents[1] / "questions.yml").read_text())
     answers = {}
     for index, q in enumerate(bank["questions"]):
@@ -154,25 +173,5 @@ def generate(solution: str) -> dict[Path, str]:
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args(argv)
-    files = generate(SOLUTION.read_text())
-    differ = sorted(p for p, text in files.items() if not p.is_file() or p.read_text() != text)
-    stale = sorted(set(OUT.glob("*.py")) - set(files)) if OUT.is_dir() else []
-    if args.check:
-        for path in [*differ, *stale]:
-            print(f"differs from the generator: {path.relative_to(ROOT)}")
-        return 1 if differ or stale else 0
-    for path in stale:
-        path.unlink()
-    for path in differ:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[path])
-    print(f"wrote {len(differ)} files, removed {len(stale)}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_base.run(None, __doc__, SOLUTION, committed_files, write_mutants))

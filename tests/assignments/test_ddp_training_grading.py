@@ -1,12 +1,16 @@
 """Acceptance tests of ddp_training, graded by the real engine end to end (as
 test_dp_basics_grading.py does for dp_basics): the reference with the key scores 100, the blank
 template 0, do-nothing submissions 0 on coding, the demo's partial example in between, and each
-mutant (scripts/make_ddp_training_mutants.py) fails the tests its header names and only tests
-of its own function."""
+mutant (made from the reference by scripts/make_ddp_training_mutants.py into a temporary
+folder when the tests start) fails the tests its header names and only tests of its own
+function."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,9 +22,13 @@ from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import key_answers
 
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "make_ddp_training_mutants.py"
 ASSIGNMENT = load_assignment("ddp_training")
-MUTANTS_DIR = Path(__file__).parent / "mutants" / "ddp_training"
-MUTANTS = sorted(MUTANTS_DIR.glob("*.py"))
+_spec = importlib.util.spec_from_file_location("make_ddp_training_mutants", SCRIPT)
+GENERATOR = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(GENERATOR)
+MUTANTS = sorted(spec[0] for spec in GENERATOR.MUTANTS)  # their files: the mutants_dir fixture
 PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
 pytestmark = pytest.mark.slow
 
@@ -31,7 +39,15 @@ def header(path: Path, tag: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def mutants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ddp_training_mutants")
+    written = GENERATOR.write_mutants(folder, ASSIGNMENT.solution.read_text())
+    assert sorted(p.stem for p in written) == MUTANTS
+    return folder
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory, mutants_dir: Path) -> dict:
     base = tmp_path_factory.mktemp("ddp_training_grading")
     source = ASSIGNMENT.solution.read_text()
     blank = strip_solutions(source)
@@ -44,7 +60,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
             f"def {n}(*args, **kwargs):\n    return args[0] if args else None\n\n"
             for n in names),
         "partial": (PARTIAL_DIR / "ddp_training.py").read_text(),
-        **{p.stem: p.read_text() for p in MUTANTS},
+        **{p.stem: p.read_text() for p in sorted(mutants_dir.glob("*.py"))},
     }
     folders = {}
     for name, text in modules.items():
@@ -97,8 +113,25 @@ def test_partial_scores_in_between(graded) -> None:
     assert {t.name.split(":", 1)[0] for t in failed(report)} == broken
 
 
-@pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])
-def test_mutant_fails_only_its_function(graded, path: Path) -> None:
+def test_committed_partial_example_is_what_the_generator_writes() -> None:
+    check = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
+                           text=True, cwd=ROOT)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_generator_writes_the_graded_mutants_for_reviewers(tmp_path: Path,
+                                                           mutants_dir: Path) -> None:
+    run = subprocess.run([sys.executable, str(SCRIPT), "--write", str(tmp_path / "review")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    written = {p.name: p.read_text() for p in (tmp_path / "review").iterdir()}
+    assert written == {p.name: p.read_text() for p in mutants_dir.iterdir()}
+    assert len(written) == len(MUTANTS)
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_fails_only_its_function(graded, mutants_dir: Path, name: str) -> None:
+    path = mutants_dir / f"{name}.py"
     report = graded[path.stem]
     (line,) = header(path, "MUTANT")
     function = line.split(":", 1)[0]

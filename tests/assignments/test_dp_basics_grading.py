@@ -1,9 +1,10 @@
 """Acceptance tests of the dp_basics assignment, graded by the real engine end to end.
 
 Every submission (reference, blank template, the demo's partial example, each mutant and each
-alternative solution in tests/assignments/mutants) is graded once by a module-scoped fixture,
-two at a time, and the tests below only read the cached reports: one grading takes ~13 s, so
-grading per test would multiply the suite's time.
+alternative solution, made from the reference by scripts/make_mutants.py into a temporary folder
+when the tests start) is graded once by a module-scoped fixture, two at a time, and the tests
+below only read the cached reports: one grading takes ~13 s, so grading per test would multiply
+the suite's time.
 
 - The reference solution with the full key scores 100 / 100 (on CPU the GPU tests are left out
   and the others reweighted, as grading.yml's gpu_policy says).
@@ -39,7 +40,6 @@ from autograder.project.schemas import validate
 from autograder.questions.answers import NO_FILE_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]
-MUTANTS_DIR = Path(__file__).parent / "mutants"
 ASSIGNMENT = load_assignment("dp_basics")
 PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
 GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytest_plugin's fallback
@@ -47,8 +47,6 @@ GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytes
 # Hidden tests whose message for the blank template omits the probe's NotImplementedError (they
 # assert on a probe's report without quoting its "error"); tests/hidden is maintained elsewhere.
 
-MUTANTS = sorted(p for p in MUTANTS_DIR.glob("*.py") if not p.name.startswith("alt_"))
-ALTS = sorted(MUTANTS_DIR.glob("alt_*.py"))
 HOSTILE_DIR = Path(__file__).parent / "hostile"
 # One mutant per device decision: together, a submission right on CPU that forgets them all.
 DEVICE_MUTANTS = ("wrap_forgets_move", "match_forgets_device", "setup_always_gloo",
@@ -56,6 +54,29 @@ DEVICE_MUTANTS = ("wrap_forgets_move", "match_forgets_device", "setup_always_glo
 
 # 21 gradings, 2 at a time: 3 to 5 minutes on the 2-core CI machine.
 pytestmark = pytest.mark.slow
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The generator's specs name the mutants and alternatives at collection; their files are made
+# by the `mutants_dir` fixture.
+GENERATOR = _load_script("make_mutants")
+MUTANTS = sorted(spec[0] for spec in GENERATOR.MUTANTS)
+ALTS = sorted(Path(alt[0]).stem for alt in GENERATOR.ALTS)
+
+
+@pytest.fixture(scope="module")
+def mutants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every mutant and alternative, written by the generator as a reviewer's --write would."""
+    folder = tmp_path_factory.mktemp("dp_basics_mutants")
+    written = GENERATOR.write_mutants(folder, ASSIGNMENT.solution.read_text())
+    assert sorted(p.stem for p in written) == sorted([*MUTANTS, *ALTS])
+    return folder
 
 
 def header(path: Path, tag: str) -> list[str]:
@@ -90,27 +111,19 @@ def do_nothing_modules(blank: str) -> dict[str, str]:
             for n in names),
         "probe_hijack": blank + "\n\n" + (HOSTILE_DIR / "probe_hijack.py").read_text(),
     }
-    generator = _load_script("make_mutants")
-    specs = {spec[0]: spec for spec in generator.MUTANTS}
+    specs = {spec[0]: spec for spec in GENERATOR.MUTANTS}
     text = reference(ASSIGNMENT.solution.read_text())
     for name in DEVICE_MUTANTS:
-        text = generator._mutate(text, specs[name])
+        text = GENERATOR._mutate(text, specs[name])
     stubs["no_device_decisions"] = text
     return stubs
 
 
-def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def build_submissions(base: Path) -> dict[str, Path]:
-    """Submission folders by name: reference, blank, partial, and one per mutants/ file."""
+def build_submissions(base: Path, mutants: Path) -> dict[str, Path]:
+    """Submission folders by name: reference, blank, partial, and one per mutant file."""
     source = ASSIGNMENT.solution.read_text()
     modules = {"reference": reference(source), "blank": strip_solutions(source)}
-    modules.update({p.stem: p.read_text() for p in [*MUTANTS, *ALTS]})
+    modules.update({p.stem: p.read_text() for p in sorted(mutants.glob("*.py"))})
     folders = {}
     for name, text in modules.items():
         folder = base / name
@@ -143,10 +156,10 @@ class Graded:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+def graded(tmp_path_factory: pytest.TempPathFactory, mutants_dir: Path) -> Graded:
     """Every submission graded once."""
     base = tmp_path_factory.mktemp("dp_basics_grading")
-    folders = build_submissions(base / "submissions")
+    folders = build_submissions(base / "submissions", mutants_dir)
 
     def grade_one(name: str) -> Report | Exception:
         try:
@@ -229,10 +242,11 @@ def test_doing_nothing_earns_nothing(graded: Graded, name: str) -> None:
     assert part(graded[name], "coding") == 0, f"{name} passed {passed}"
 
 
-def test_forgetting_every_device_decision_loses_exactly_the_device_tests(graded: Graded) -> None:
+def test_forgetting_every_device_decision_loses_exactly_the_device_tests(
+        graded: Graded, mutants_dir: Path) -> None:
     device_tests = set()
     for name in DEVICE_MUTANTS:
-        for substring in header(MUTANTS_DIR / f"{name}.py", "EXPECT_FAIL"):
+        for substring in header(mutants_dir / f"{name}.py", "EXPECT_FAIL"):
             device_tests |= {t.name for t in coding(graded["reference"])
                              if substring in t.name and t.status != "excluded"}
     failed = {t.name for t in coding(graded["no_device_decisions"]) if t.status == "failed"}
@@ -240,16 +254,32 @@ def test_forgetting_every_device_decision_loses_exactly_the_device_tests(graded:
     assert 0 < part(graded["no_device_decisions"], "coding") < 70
 
 
-def test_mutants_are_what_the_generator_writes() -> None:
+def test_committed_partial_example_is_what_the_generator_writes() -> None:
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_mutants.py"), "--check"],
                            capture_output=True, text=True, cwd=ROOT)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_generator_writes_the_graded_mutants_for_reviewers(tmp_path: Path,
+                                                           mutants_dir: Path) -> None:
+    """`make_mutants.py --write DIR` writes the very files graded here, and nothing else."""
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_mutants.py"),
+                          "--write", str(tmp_path / "review")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    written = {p.name: p.read_text() for p in (tmp_path / "review").iterdir()}
+    assert written == {p.name: p.read_text() for p in mutants_dir.iterdir()}
+    assert len(written) == len(MUTANTS) + len(ALTS)
+    assert not (ROOT / "tests" / "assignments" / "mutants").exists(), \
+        "mutants are made at test time, not committed"
+
+
 # --------------------------------------------------------------------------- mutants
 
-@pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])
-def test_mutant_fails_its_tests_with_a_specific_message(graded: Graded, path: Path) -> None:
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_fails_its_tests_with_a_specific_message(graded: Graded, mutants_dir: Path,
+                                                        name: str) -> None:
+    path = mutants_dir / f"{name}.py"
     expected = header(path, "EXPECT_FAIL")
     assert expected, f"{path.name} names no test that must fail"
     tests = coding(graded[path.stem])
@@ -263,8 +293,10 @@ def test_mutant_fails_its_tests_with_a_specific_message(graded: Graded, path: Pa
                 f"{t.name}: the student gets no useful message: {t.message!r}")
 
 
-@pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])
-def test_mutant_loses_nothing_on_other_functions(graded: Graded, path: Path) -> None:
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_loses_nothing_on_other_functions(graded: Graded, mutants_dir: Path,
+                                                 name: str) -> None:
+    path = mutants_dir / f"{name}.py"
     function = mutant_function(path)
     ref = {t.name: t for t in coding(graded["reference"])}
     tests = coding(graded[path.stem])
@@ -273,8 +305,10 @@ def test_mutant_loses_nothing_on_other_functions(graded: Graded, path: Path) -> 
     assert not collateral, failures(collateral)
 
 
-@pytest.mark.parametrize("path", ALTS, ids=[p.stem for p in ALTS])
-def test_alternative_solution_scores_full_coding_marks(graded: Graded, path: Path) -> None:
+@pytest.mark.parametrize("name", ALTS)
+def test_alternative_solution_scores_full_coding_marks(graded: Graded, mutants_dir: Path,
+                                                       name: str) -> None:
+    path = mutants_dir / f"{name}.py"
     assert header(path, "ALT"), f"{path.name} has no '# ALT:' line"
     report = graded[path.stem]
     assert part(report, "coding") == 70, failures(coding(report))

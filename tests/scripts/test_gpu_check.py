@@ -42,8 +42,9 @@ def test_script_parses():
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu_wheels.sh")], check=True)
 
 
-def test_driver_knows_every_gpu_test_and_a_mutant_for_each():
+def test_driver_knows_every_gpu_test_and_a_mutant_for_each(tmp_path):
     driver = load_driver()
+    mutants = driver.write_mutants(tmp_path / "mutants")
     tests = driver.gpu_tests()
     assert len(tests) == 6 and all(t["gpus"] == 1 for t in tests), tests
     names = [t["name"] for t in tests]
@@ -52,7 +53,7 @@ def test_driver_knows_every_gpu_test_and_a_mutant_for_each():
         matching = [n for n in names if n.startswith(prefix)]
         assert len(matching) == 1, (name, prefix)
         covered.update(matching)
-        text, expect = driver.mutant_module(name, driver.sources()["reference"])
+        text, expect = driver.mutant_module(name, driver.sources()["reference"], mutants)
         assert expect and words and text != driver.sources()["reference"]
     assert covered == set(names), "every GPU test needs a mutant that it catches"
 

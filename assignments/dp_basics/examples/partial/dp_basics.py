@@ -1,5 +1,5 @@
 # A DELIBERATELY FLAWED example submission (`make demo`): the reference solution
-# with these classic mistakes, taken from tests/assignments/mutants:
+# with these classic mistakes, mutants of scripts/make_mutants.py:
 #   - data_parallel_chunk_sizes: splits evenly (np.array_split style), not by torch.chunk
 #   - match_input_dtype: casts integer index tensors to the float dtype too
 #   - make_distributed_loader: uses the global batch size as every rank's batch size
