@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.project.question_bank import QuestionBank, load_bank
+from autograder.project.question_bank import QuestionBank, bank_path, load_bank
 from autograder.questions.answers import (
     MAX_ANSWERS_BYTES,
     NO_FILE_MESSAGE,
@@ -21,7 +21,7 @@ from autograder.questions.answers import (
 
 @pytest.fixture(scope="module")
 def bank() -> QuestionBank:
-    return load_bank()
+    return load_bank(bank_path("dp_basics"))
 
 
 def _key(bank: QuestionBank) -> dict[str, object]:

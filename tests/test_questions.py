@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from autograder.project.question_bank import (
-    ANSWERS_SCHEMA_PATH,
     ENVIRONMENTS,
     QUESTIONS_SCHEMA_PATH,
     QuestionBankError,
@@ -30,15 +29,16 @@ from autograder.project.question_bank import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+BANK_PATH = bank_path("dp_basics")
 
 
 @pytest.fixture(scope="module")
 def raw_bank() -> dict[str, Any]:
-    return yaml.safe_load(bank_path().read_text(encoding="utf-8"))
+    return yaml.safe_load(BANK_PATH.read_text(encoding="utf-8"))
 
 
 def test_bank_loads_with_20_questions_worth_30_points() -> None:
-    bank = load_bank()
+    bank = load_bank(BANK_PATH)
     assert bank.assignment == "dp_basics"
     assert len(bank.questions) == 20
     assert bank.total_points == pytest.approx(30.0)
@@ -49,7 +49,7 @@ def test_bank_loads_with_20_questions_worth_30_points() -> None:
 
 def test_bank_covers_the_seed_but_its_two_near_duplicates() -> None:
     # Seed practice 1 and 3 asked again what challenge 1 and 2 ask; new questions replace them.
-    sources = Counter(q.source for q in load_bank().questions)
+    sources = Counter(q.source for q in load_bank(BANK_PATH).questions)
     for n in range(1, 6):
         assert sources[f"seed challenge {n}"] == 1
         assert sources[f"seed practice {n}"] == (0 if n in (1, 3) else 1)
@@ -58,12 +58,12 @@ def test_bank_covers_the_seed_but_its_two_near_duplicates() -> None:
 
 def test_ids_are_neutral() -> None:
     # Ids are shown to students in answers.yml: they must not hint at any answer.
-    bank = load_bank()
+    bank = load_bank(BANK_PATH)
     assert [q.id for q in bank.questions] == [f"q{n:02d}" for n in range(1, 21)]
 
 
 def test_no_feedback_quotes_the_keyed_option() -> None:
-    for q in load_bank().questions:
+    for q in load_bank(BANK_PATH).questions:
         for letter, text in q.feedback.items():
             for key in q.answer:
                 keyed = " ".join(q.options[key].split())
@@ -72,12 +72,12 @@ def test_no_feedback_quotes_the_keyed_option() -> None:
 
 
 def test_the_key_is_balanced_and_not_cued_by_length() -> None:
-    bank = load_bank()
+    bank = load_bank(BANK_PATH)
     assert bank.warnings == [] and bank_warnings(bank) == []
 
 
 def test_every_wrong_option_has_feedback_and_nothing_else_does() -> None:
-    for q in load_bank().questions:
+    for q in load_bank(BANK_PATH).questions:
         wrong = [x for x in q.options if x not in q.answer]
         assert wrong, q.id
         assert sorted(q.feedback) == sorted(wrong), q.id
@@ -87,7 +87,7 @@ def test_every_wrong_option_has_feedback_and_nothing_else_does() -> None:
 
 def test_machine_dependent_snippets_name_the_machine_in_the_stem() -> None:
     # When the outcome differs between machines, the stem must say which machine it means.
-    for q in load_bank().questions:
+    for q in load_bank(BANK_PATH).questions:
         if q.snippet is None:
             continue
         outcomes = {q.snippet.expect[env] for env in ENVIRONMENTS}
@@ -97,7 +97,7 @@ def test_machine_dependent_snippets_name_the_machine_in_the_stem() -> None:
 
 def test_shown_code_is_the_code_that_was_run() -> None:
     # Predict-the-outcome questions show exactly the snippet that backs their key.
-    for q in load_bank().questions:
+    for q in load_bank(BANK_PATH).questions:
         if q.code and q.snippet and not q.multiple:
             assert q.code == q.snippet.code, q.id
 
@@ -105,17 +105,26 @@ def test_shown_code_is_the_code_that_was_run() -> None:
 def test_schemas_are_valid_json_schemas() -> None:
     jsonschema.Draft202012Validator.check_schema(
         json.loads(QUESTIONS_SCHEMA_PATH.read_text(encoding="utf-8")))
-    jsonschema.Draft202012Validator.check_schema(answers_schema(load_bank()))
+    jsonschema.Draft202012Validator.check_schema(answers_schema(load_bank(BANK_PATH)))
 
 
-def test_committed_answers_schema_is_in_sync_with_the_bank() -> None:
-    committed = ANSWERS_SCHEMA_PATH.read_text(encoding="utf-8")
-    assert committed == render_answers_schema(load_bank()), \
-        "schemas/answers.schema.json is stale: run python -m autograder.project.question_bank"
+def test_each_assignment_ships_the_answers_schema_of_its_own_bank() -> None:
+    """One schema per assignment, derived from its bank: no global answers schema."""
+    assert not (ROOT / "schemas" / "answers.schema.json").exists()
+    names = sorted(p.parent.name for p in (ROOT / "assignments").glob("*/questions.yml"))
+    assert len(names) >= 2, names
+    shipped = {}
+    for name in names:
+        text = (ROOT / "student_templates" / name / "answers.schema.json").read_text()
+        assert text == render_answers_schema(load_bank(bank_path(name))), \
+            f"student_templates/{name}/answers.schema.json is stale: run autograder generate"
+        shipped[name] = json.loads(text)
+        assert shipped[name]["title"].endswith(name) and name in shipped[name]["$id"]
+    assert len({json.dumps(s["properties"]) for s in shipped.values()}) == len(names)
 
 
 def test_the_key_is_a_valid_answers_file() -> None:
-    bank = load_bank()
+    bank = load_bank(BANK_PATH)
     key = {q.id: list(q.answer) if q.multiple else q.answer[0] for q in bank.questions}
     jsonschema.validate(key, answers_schema(bank))
 

@@ -20,6 +20,7 @@ import yaml
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import strip_solutions
+from autograder.project.question_bank import render_answers_schema
 from autograder.release.build import (
     STUDENT_REQUIREMENTS,
     Project,
@@ -122,7 +123,7 @@ def test_template_files_come_from_the_sources() -> None:
          "dp_basics.py", "requirements.txt"] + [f"tests/{p.name}" for p in public.glob("*.py")])
     assert files["dp_basics.py"].decode() == strip_solutions(ASSIGNMENT.solution.read_text())
     assert b"### BEGIN SOLUTION" not in files["dp_basics.py"]
-    assert files["answers.schema.json"] == (ROOT / "schemas" / "answers.schema.json").read_bytes()
+    assert files["answers.schema.json"] == render_answers_schema(ASSIGNMENT.bank).encode()
     for path in public.glob("*.py"):
         assert files[f"tests/{path.name}"] == path.read_bytes()
     assert "MODULE = 'dp_basics'" in files["check.py"].decode()

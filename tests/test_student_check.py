@@ -19,6 +19,7 @@ import yaml
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference
+from autograder.project.question_bank import render_answers_schema
 from autograder.questions.answers import INVALID, grade_answers
 from autograder.release.build import Project, key_answers, student_files, write_zip
 from autograder.student_files import check as student_check
@@ -233,6 +234,6 @@ def test_check_agrees_with_the_grader_on_validity(tmp_path: Path, qid: str, valu
     answers = tmp_path / "answers.yml"
     answers.write_text(yaml.safe_dump({qid: value}))
     graded = {r.id: r for r in grade_answers(ASSIGNMENT.bank, answers).results}[qid]
-    shutil.copy(ROOT / "schemas" / "answers.schema.json", tmp_path / "answers.schema.json")
+    (tmp_path / "answers.schema.json").write_text(render_answers_schema(ASSIGNMENT.bank))
     section = student_check.check_answers(tmp_path, tmp_path / "answers.schema.json")
     assert bool(section.problems) == (graded.status == INVALID), (section.problems, graded)

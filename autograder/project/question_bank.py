@@ -8,7 +8,9 @@ wrong options, unique ids, regexes that compile). Every error names the question
 key too often the longest (or the shortest) option; `load_bank` issues them as
 `QuestionBankWarning`s, so `autograder validate` shows them without failing.
 
-Regenerate the committed answers schema with ``python -m autograder.project.question_bank``.
+Each assignment's answers schema is derived from its bank (`answers_schema`): the grader derives
+it when it grades, and `autograder release` ships it in the student template as
+`answers.schema.json` (kept current by `autograder generate --check`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import string
-import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,8 +34,6 @@ Environment = Literal["no_gpu", "one_gpu", "multi_gpu"]
 ENVIRONMENTS: tuple[Environment, ...] = ("no_gpu", "one_gpu", "multi_gpu")
 
 QUESTIONS_SCHEMA_PATH = SCHEMAS_DIR / "questions.schema.json"
-ANSWERS_SCHEMA_PATH = SCHEMAS_DIR / "answers.schema.json"
-DEFAULT_ASSIGNMENT = "dp_basics"
 
 
 class QuestionBankError(ValueError):
@@ -103,7 +102,7 @@ class QuestionBank:
         return sum(q.points for q in self.questions)
 
 
-def bank_path(assignment: str = DEFAULT_ASSIGNMENT) -> Path:
+def bank_path(assignment: str) -> Path:
     return ASSIGNMENTS_DIR / assignment / "questions.yml"
 
 
@@ -270,9 +269,8 @@ def bank_warnings(bank: QuestionBank) -> list[str]:
     return found
 
 
-def load_bank(path: Path | None = None) -> QuestionBank:
+def load_bank(path: Path) -> QuestionBank:
     """Load and validate a bank; raises QuestionBankError listing every problem."""
-    path = path or bank_path()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -321,7 +319,7 @@ def answers_schema(bank: QuestionBank) -> dict[str, Any]:
             }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://autograder.local/schemas/answers.schema.json",
+        "$id": f"https://autograder.local/assignments/{bank.assignment}/answers.schema.json",
         "title": f"Multiple-choice answers for {bank.assignment}",
         "description": (
             "answers.yml or answers.json: question id -> letter (or list of letters for "
@@ -339,23 +337,3 @@ def answers_schema(bank: QuestionBank) -> dict[str, Any]:
 def render_answers_schema(bank: QuestionBank) -> str:
     return json.dumps(answers_schema(bank), indent=2) + "\n"
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Write schemas/answers.schema.json from the bank; with --check, only report drift."""
-    argv = sys.argv[1:] if argv is None else argv
-    text = render_answers_schema(load_bank())
-    if "--check" in argv:
-        current = ANSWERS_SCHEMA_PATH.read_text(encoding="utf-8") if \
-            ANSWERS_SCHEMA_PATH.exists() else ""
-        if current != text:
-            print(f"{ANSWERS_SCHEMA_PATH} is out of date; run "
-                  "python -m autograder.project.question_bank")
-            return 1
-        return 0
-    ANSWERS_SCHEMA_PATH.write_text(text, encoding="utf-8")
-    print(f"wrote {ANSWERS_SCHEMA_PATH}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

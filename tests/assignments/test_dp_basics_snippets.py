@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from autograder.project.question_bank import Outcome, Question, load_bank
+from autograder.project.question_bank import Outcome, Question, bank_path, load_bank
 from autograder.questions.snippets import (
     SnippetOutcome,
     check_snippet,
@@ -20,7 +20,7 @@ from autograder.questions.snippets import (
     run_snippet,
 )
 
-BANK = load_bank()
+BANK = load_bank(bank_path("dp_basics"))
 SNIPPET_QUESTIONS = [q for q in BANK.questions if q.snippet is not None]
 
 
