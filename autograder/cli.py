@@ -121,7 +121,7 @@ def _assignment(value: str | None, positional: str | None = None) -> str:
 
 
 ASSIGNMENT_OPTION = click.option("--assignment", "-a", "assignment",
-                                 help="Assignment name, e.g. dp_basics.")
+                                 help="Assignment name, e.g. hw1.")
 
 
 @click.group(cls=_Face, epilog=EXIT_CODES)

@@ -76,7 +76,7 @@ class Report:
     late: dict | None = None  # the late penalty applied to `score` (see apply_late)
     functions: list[FunctionScore] = field(default_factory=list)  # coding subtotals
     # Which file was graded, when the grader had to choose (a notebook, or the module next to
-    # one): {"file": "dp_basics.ipynb", "why": "..."}; None when there was no choice to make.
+    # one): {"file": "hw1.ipynb", "why": "..."}; None when there was no choice to make.
     graded_file: dict | None = None
     due: str | None = None  # the assignment's due date: when `after_due_date` results show
 

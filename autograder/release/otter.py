@@ -118,9 +118,9 @@ def public_tests_by_function(sources: dict[str, str], module: str,
 
     `sources` holds the public tests folder's Python files by relative path. A test belongs to
     the function its name starts with (`test_<function>...`); otherwise to the functions it
-    calls; otherwise to those its fixtures call (`setup_ddp` for a test that only uses a process
-    group made by it). A test that reaches no function stops the release: its check would run
-    under no question.
+    calls; otherwise to those its fixtures call (`setup_group` for a test that only uses a
+    process group made by it). A test that reaches no function stops the release: its check
+    would run under no question.
     """
     fixtures: dict[str, tuple[set[str], list[str]]] = {}  # name -> (calls, fixtures requested)
     tests: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, set[str]]] = []

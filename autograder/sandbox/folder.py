@@ -27,7 +27,7 @@ def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path
     if probes is not None:
         shutil.copyfile(probes, root / "probes.py")
         # Compiled here, once (trusted code): every worker imports probes, and sandboxes never
-        # write bytecode, so each would compile it again (about 8 ms for dp_basics', 40 to 50
+        # write bytecode, so each would compile it again (about 8 ms for our probes, 40 to 50
         # workers a grading). Student code owns this folder and could change either file, as
         # it could change probes.py itself: probes are never trusted (see ARCHITECTURE.md).
         py_compile.compile(str(root / "probes.py"), doraise=True, quiet=1,

@@ -2,7 +2,7 @@
 
 It checks, without the answer key (a well-formed answer is not necessarily a right one):
 
-1. that your module (e.g. dp_basics.py) is there and has no syntax error;
+1. that your module (the assignment's .py file) is there and has no syntax error;
 2. your answers file (answers.yml, or answers.json) against answers.schema.json, question by
    question: one letter where one is expected, a list of letters for "select all that apply",
    letters among the options, no unknown or repeated question ids;
@@ -805,7 +805,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", nargs="?", default=".", type=Path,
                         help="the assignment folder (default: the current folder)")
-    parser.add_argument("--module", default=MODULE, help="the module to check, e.g. dp_basics")
+    parser.add_argument("--module", default=MODULE, help="the module to check, e.g. hw1")
     parser.add_argument("--schema", type=Path, help=f"default: FOLDER/{SCHEMA_NAME}")
     parser.add_argument("--tests", type=Path, help="public tests folder (default: FOLDER/tests)")
     parser.add_argument("--no-tests", action="store_true", help="check the files only")
