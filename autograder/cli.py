@@ -24,8 +24,9 @@ from autograder.project.inert import inert
 EXIT_CODES = """\b
 Exit status:
   0    done; what was checked passed
-  1    what was checked fails: templates out of date, a key mismatch, a release
-       self-check, a student folder's check, grader errors in a batch
+  1    what was checked fails: generated files or templates out of date, a key
+       mismatch, a release self-check, a student folder's check, grader errors in
+       a batch, a generator that failed
   2    usage, configuration or assignment error (bad grading.yml, question bank,
        hidden tests, missing folder), or --require-gpu without a GPU
   130  interrupted (Ctrl-C); run the same command again to resume a batch"""
@@ -211,20 +212,39 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
                f"{count(sum(t['points'] for t in tests), 'point')}: OK")
 
 
-@main.command("config-docs", epilog=EXIT_CODES)
-@click.option("--check", is_flag=True, help="Fail if docs/grading.md is out of date.")
-def config_docs(check: bool) -> None:
-    """Write docs/grading.md from schemas/grading.schema.json."""
-    from autograder.project.config_docs import DOCS, render
+@main.command(epilog=EXIT_CODES)
+@click.option("--assignment", "-a", "named", multiple=True,
+              help="Assignment whose template to cover (repeatable; default: every assignment "
+                   "of grading.yml). The docs and the generators are covered either way.")
+@click.option("--check", is_flag=True,
+              help="Write nothing: list every generated file that is out of date (exit 1).")
+@project_options
+def generate(named: tuple[str, ...], check: bool, project: ProjectChoice) -> None:
+    """Make every generated file the project commits from its sources: student templates (with
+    each assignment's answers schema), docs/grading.md, and the files of grading.yml's
+    `generators`. Reference timings are listed when stale; `autograder release` records them."""
+    from autograder.release.build import Project
+    from autograder.release.generate import generate as generate_files
+    from autograder.release.generate import generators
 
-    text = render()
-    if check:
-        if not DOCS.exists() or DOCS.read_text() != text:
-            click.echo("docs/grading.md is out of date: run `autograder config-docs`", err=True)
-            sys.exit(1)
-        return
-    DOCS.write_text(text)
-    click.echo(f"wrote {DOCS}")
+    chosen = Project(project.config)
+    names = list(named) or chosen.assignment_names()
+    outcome = generate_files(chosen, names, check)
+    for line in outcome.said:
+        click.echo(line)
+    for line in outcome.written:
+        click.echo(f"wrote {line}")
+    for line in [*outcome.stale, *outcome.problems]:
+        click.echo(line, err=True)
+    if outcome.stale:
+        click.echo(f"{len(outcome.stale)} generated file(s) out of date: run `autograder "
+                   f"generate`" + (" (timings: `autograder release`)" if any(
+                       "timings" in line for line in outcome.stale) else ""), err=True)
+    if outcome.stale or outcome.problems:
+        sys.exit(1)
+    click.echo("generated files up to date" if check else
+               f"templates and docs: {len(outcome.written)} file(s) written, the rest up to "
+               f"date; generators run: {len(generators(chosen))}")
 
 
 def _cuda_device_count() -> tuple[int, str]:

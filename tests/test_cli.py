@@ -93,7 +93,7 @@ def test_a_copy_of_the_project_is_found_from_the_working_folder(tmp_path):
 
 
 @pytest.mark.parametrize("command", [["validate"], ["verify-key"], ["gradescope"],
-                                     ["release", "--check"]])
+                                     ["release", "--check"], ["generate", "--check"]])
 def test_every_command_takes_the_assignment_as_a_option(command, tmp_path):
     args = [*command, "-a", "nope"]
     if command[0] == "gradescope":

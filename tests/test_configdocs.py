@@ -4,7 +4,7 @@ from autograder.project.config_docs import DOCS, render
 
 
 def test_docs_match_the_schema():
-    assert DOCS.read_text() == render(), "run `autograder config-docs` after editing the schema"
+    assert DOCS.read_text() == render(), "run `autograder generate` after editing the schema"
 
 
 def test_every_key_of_the_project_config_is_documented():

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from autograder.project.paths import PACKAGE_ROOT
 from autograder.project.schemas import load_schema
 
-DOCS = PACKAGE_ROOT / "docs" / "grading.md"
+RELATIVE = Path("docs") / "grading.md"  # in the engine's tree, and in a project that keeps one
+DOCS = PACKAGE_ROOT / RELATIVE
 
 
 def render() -> str:
@@ -17,7 +19,7 @@ def render() -> str:
     lines = [
         "# grading.yml reference",
         "",
-        "Generated from `schemas/grading.schema.json` by `autograder config-docs`; edit the",
+        "Generated from `schemas/grading.schema.json` by `autograder generate`; edit the",
         "schema, not this file. `ASSIGNMENT` stands for an assignment's folder name.",
         "",
         "| key | type | default | meaning |",
