@@ -56,6 +56,13 @@ def snapshot(project: Path) -> dict[str, bytes]:
             if p.is_file() and "__pycache__" not in p.parts}
 
 
+def test_the_committed_generated_files_are_up_to_date() -> None:
+    """What CI runs on the real tree (reading only): a source changed without `generate`."""
+    result = autograder(ROOT, "generate", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "generated files up to date" in result.stdout
+
+
 def test_generate_check_lists_every_stale_file_and_generate_writes_them(project: Path) -> None:
     fresh = autograder(project, "generate", "--check")
     assert fresh.returncode == 0, fresh.stderr
