@@ -34,10 +34,11 @@ class Cgroup:
             if (ROOT / "cgroup.controllers").exists():
                 folder = _own(None) / name
                 folder.mkdir()
+                made = cls([folder])  # removed again if a limit cannot be written
                 (folder / "memory.max").write_text(str(memory_bytes))
                 (folder / "memory.swap.max").write_text("0")
                 (folder / "pids.max").write_text(str(max_pids))
-                return cls([folder])
+                return made
             memory = _own("memory") / name
             pids = _own("pids") / name
             memory.mkdir()
