@@ -160,7 +160,8 @@ def test_the_assignment_version_ignores_what_cannot_change_a_grade(tmp_path):
 def test_the_grader_version_is_the_package_version_and_a_hash_of_its_code():
     value = grader_version()
     assert value.startswith(f"{__version__}+")
-    assert value == f"{__version__}+{tree_hash(fingerprints._PACKAGE, ('.py', '.j2', '.json'))[:16]}"
+    code = tree_hash(fingerprints._PACKAGE, (".py", ".j2", ".json"))
+    assert value == f"{__version__}+{code[:16]}"
     assert fingerprints._PACKAGE == Path(fingerprints.__file__).resolve().parents[1]
     assert (fingerprints._PACKAGE / "batch" / "fingerprints.py").is_file()
     # The same in another interpreter (no hash seed, no process state in it).
