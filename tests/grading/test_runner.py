@@ -1,0 +1,148 @@
+"""autograder.grading.runner: the trusted runner as the parent starts it, on its own.
+
+`python -I -m autograder.grading.runner FD` with a Job as JSON on stdin, in its work folder: the
+events it streams on FD (their kinds, their order, what each carries), the state it runs hidden
+tests in (not dumpable, umask 077, a memory limit, no plugin autoload, the assignment's probes
+importable, the suite's own pytest configuration ignored), and the job's `skip` and budgets.
+What the parent makes of the stream is tests/grading/test_supervisor.py's; the plugin's
+validation and outcomes are tests/grading/test_pytest_plugin.py's; the memory limit's effect is
+tests/test_runner_limits.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from autograder.grading.job import Job
+from autograder.grading.statuses import RUNNER_EVENTS
+from autograder.project import budgets
+from autograder.sandbox.folder import prepare_sandbox_dir
+
+HIDDEN = '''
+import ctypes, json, os, resource, sys
+
+import pytest
+
+import probes  # the assignment's, from the runner's sys.path
+
+
+def test_state():
+    """add: reports the runner's state"""
+    umask = os.umask(0)
+    os.umask(umask)
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    pytest.fail(json.dumps({
+        "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "umask": umask,
+        "address_space": None if soft == resource.RLIM_INFINITY else soft,
+        "autoload": os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"),
+        "path0": sys.path[0], "cwd": os.getcwd(), "probes": probes.__file__}))
+
+
+def test_student(student):
+    """add: calls the student in a sandbox"""
+    assert student.add(2, 3) == 5
+
+
+def test_quick():
+    """divide: passes"""
+
+
+def test_scale():
+    """scale: passes too"""
+'''
+
+
+def job_for(assignment, workdir: Path, **changes) -> Job:
+    config = assignment.config
+    fields = dict(
+        tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
+        module_name=config.module, functions=config.functions, output_dir=str(workdir),
+        limits=asdict(config.limits), test_timeout=config.test_timeout,
+        rank_retries=config.rank_retries, visibility=config.coding.visibility,
+        budget_factor=config.budget_factor, budget_floor=config.budget_floor)
+    return Job(**{**fields, **changes})
+
+
+def run_runner(job: Job) -> tuple[list[dict], subprocess.CompletedProcess]:
+    read_fd, write_fd = os.pipe()
+    with open(read_fd, "rb") as events:
+        done = subprocess.run([sys.executable, "-I", "-m", "autograder.grading.runner",
+                               str(write_fd)], input=json.dumps(asdict(job)).encode(),
+                              pass_fds=(write_fd,), capture_output=True, timeout=120,
+                              cwd=job.output_dir)
+        os.close(write_fd)
+        stream = events.read()
+    return [json.loads(line) for line in stream.decode().splitlines()], done
+
+
+def test_the_event_stream_and_the_state_tests_run_in(assignment, toy, tmp_path):
+    made = assignment(HIDDEN)
+    (made.hidden_tests / "pytest.ini").write_text("[pytest]\naddopts = --no-such-option -x\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    sandbox = prepare_sandbox_dir(toy / "submissions" / "good" / "toy.py", "toy", made.probes,
+                                  work)
+    events, done = run_runner(job_for(made, work, sandbox_dir=str(sandbox)))
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    kinds = [e["event"] for e in events]
+    assert set(kinds) <= set(RUNNER_EVENTS)
+    # environment first, then the collected specs, then start/result per test, done last.
+    assert kinds[0] == "environment" and kinds[1] == "collected" and kinds[-1] == "done"
+    assert "calibration" not in kinds  # no recorded timings: flat budgets, nothing measured
+    environment = events[0]["environment"]
+    assert {"gpus", "torch", "python", "isolation", "protections"} <= set(environment)
+    nodeids = [t["nodeid"] for t in events[1]["tests"]]
+    assert [n.split("::")[1] for n in nodeids] == \
+        ["test_state", "test_student", "test_quick", "test_scale"]
+    running = [e for e in events[2:-1] if e["event"] in ("start", "result")]
+    assert [(e["event"], e["nodeid"]) for e in running] == \
+        [(kind, n) for n in nodeids for kind in ("start", "result")]
+    results = {e["nodeid"].split("::")[1]: e for e in events if e["event"] == "result"}
+    for result in results.values():
+        assert set(result) == {"event", "nodeid", "status", "message", "output", "output_cut",
+                               "duration"}
+        assert type(result["duration"]) is float and result["duration"] >= 0
+    assert [results[n]["status"] for n in ("test_student", "test_quick", "test_scale")] == \
+        ["passed"] * 3
+    # The student's test started a sandbox: announced (its host pid) before its result.
+    sandboxes = [i for i, e in enumerate(events) if e["event"] == "sandbox"]
+    assert sandboxes and all(kinds.index("start") < i < len(kinds) - 1 for i in sandboxes)
+    assert all(type(events[i]["pid"]) is int for i in sandboxes)
+    assert events[-1] == {"event": "done", "exit_code": 1}  # pytest's: a test failed
+    state = json.loads(results["test_state"]["message"])
+    assert state["dumpable"] == 0 and state["umask"] == 0o077
+    assert state["autoload"] == "1"
+    assert state["path0"] == str(made.root) and state["probes"] == str(made.probes)
+    assert state["cwd"] == str(work)
+    if not Path("/dev/nvidiactl").exists():  # a GPU grader has no address-space limit
+        assert state["address_space"] is not None
+    assert (work / "pytest.ini").read_text() == "[pytest]\n"  # the suite's own was ignored
+
+
+def test_skipped_tests_are_not_run_and_budgets_come_from_recorded_times(assignment, tmp_path):
+    made = assignment(HIDDEN.replace("import probes  #", "#"))
+    nodeids = [f"test_hidden.py::{n}" for n in ("test_state", "test_student", "test_quick",
+                                                 "test_scale")]
+    job = job_for(made, tmp_path, missing_reason="no submission", skip=nodeids[:2],
+                  timings={nodeids[2]: 0.01}, timings_calibration=1e9, budget_factor=10,
+                  budget_floor=1.5)
+    events, done = run_runner(job)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    kinds = [e["event"] for e in events]
+    assert kinds[:3] == ["environment", "calibration", "collected"]
+    calibration = events[1]
+    assert calibration["seconds"] > 0
+    # Recorded on a machine "infinitely" fast: this one is as slow as a factor may say.
+    assert calibration["factor"] == budgets.machine_factor(1e9, calibration["seconds"])
+    specs = {t["nodeid"]: t for t in events[2]["tests"]}
+    assert list(specs) == nodeids  # skipped tests are still collected (and reported)
+    expected = budgets.budget(0.01, 8, 10, 1.5, calibration["factor"])
+    assert specs[nodeids[2]]["timeout"] == expected < 8
+    assert specs[nodeids[3]]["timeout"] == 8  # no recorded time: timeouts.test
+    started = [e["nodeid"] for e in events if e["event"] == "start"]
+    assert started == nodeids[2:]

@@ -1,0 +1,218 @@
+"""autograder.grading.supervisor: the trusted parent's side of the hidden suite.
+
+run_hidden_tests and collect_hidden_tests with real runners: outcomes in collection order with
+their points, a runner killed mid-test failing that test alone while a new runner carries on
+with the rest (and never reruns what finished), the limit of runner starts, the submission's
+total time limit, a stream outside the vocabulary refused, and no sandbox process left after
+it returns. Related, not repeated here: tests/test_grade.py (student code that kills the runner
+through the whole `grade`), tests/test_hangs.py (hung functions), tests/redteam/ (escapes).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from autograder.grading import supervisor
+from autograder.grading.submission import SubmissionFiles, locate
+from autograder.grading.supervisor import (
+    GradingError,
+    collect_hidden_tests,
+    record_durations,
+    run_hidden_tests,
+)
+
+NO_MODULE = "no toy.py found in your submission"
+ONLY_ADD = {"functions: {add: 3, divide: 3, scale: 2}": "functions: {add: 8}"}
+
+
+def no_submission(tmp_path: Path) -> SubmissionFiles:
+    return SubmissionFiles(tmp_path / "upload", None, NO_MODULE, None, [])
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_toy_suite_on_a_correct_submission(assignment, toy, tmp_path, monkeypatch):
+    import torch
+
+    made = assignment()
+    (tmp_path / "collect").mkdir()
+    expected = collect_hidden_tests(made, tmp_path / "collect")
+    assert [s["name"] for s in expected] == [
+        "add: adds two integers", "add: adds tensors without changing the inputs",
+        "add: works in two processes", "divide: divides",
+        "divide: raises ZeroDivisionError for a zero divisor", "scale: doubles a tensor",
+        "scale: keeps a CUDA tensor on its GPU"]
+    # grading.yml: add 3, divide 3, scale 2, split by the tests' weights (points(n)).
+    assert [s["points"] for s in expected] == [1, 1, 1, 2, 1, 1, 1]
+
+    # Every sandbox process the runner announces is recorded; none may outlive grading.
+    announced: list[int] = []
+    record = supervisor._Supervisor._record_sandbox
+    monkeypatch.setattr(supervisor._Supervisor, "_record_sandbox",
+                        lambda self, pid: (announced.append(pid), record(self, pid)))
+    durations: dict = {}
+    token = record_durations(durations)
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        files = locate(toy / "submissions" / "good", "toy")
+        outcomes, warnings, environment = run_hidden_tests(made, files, work)
+    finally:
+        supervisor._durations.reset(token)
+    assert [(o.name, o.points, o.function) for o in outcomes] == \
+        [(s["name"], s["points"], s["function"]) for s in expected]
+    gpu = torch.cuda.is_available() and torch.cuda.device_count() > 0
+    assert [o.status for o in outcomes] == ["passed"] * 6 + \
+        ["passed" if gpu else "gpu_unavailable"]
+    assert warnings == []
+    assert environment["isolation"] in ("namespaces", "uid", "none")
+    assert announced and not any(alive(pid) for pid in announced)
+    passed = {o.nodeid for o in outcomes if o.status == "passed"}
+    assert set(durations) == passed | {"calibration"}
+    assert all(type(v) is float and v >= 0 for k, v in durations.items() if k != "calibration")
+    # pytest's output, for the grader's user alone: it may quote hidden tests.
+    log = work / "runner.log"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and log.read_text()
+
+
+KILLED = '''
+import os, signal
+from pathlib import Path
+
+import pytest
+
+RUNS = Path(os.environ["RUNS_FILE"])
+
+
+def ran(name):
+    with open(RUNS, "a") as f:
+        f.write(name + "\\n")
+
+
+def test_first():
+    """add: before the crash"""
+    ran("first")
+
+
+def test_killer():
+    """add: kills its runner"""
+    ran("killer")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_after():
+    """divide: after the crash"""
+    ran("after")
+
+
+def test_last():
+    """scale: last"""
+    ran("last")
+    assert False, "fails on its own"
+'''
+
+
+def test_a_runner_killed_mid_test_fails_that_test_and_a_new_runner_runs_the_rest(
+        assignment, tmp_path, monkeypatch):
+    runs = tmp_path / "runs.txt"
+    monkeypatch.setenv("RUNS_FILE", str(runs))  # the runner inherits the parent's environment
+    outcomes, warnings, _ = run_hidden_tests(assignment(KILLED), no_submission(tmp_path),
+                                             tmp_path)
+    seen = {o.name: (o.status, o.message) for o in outcomes}
+    assert list(seen) == ["add: before the crash", "add: kills its runner",
+                          "divide: after the crash", "scale: last"]
+    assert seen["add: before the crash"] == ("passed", "")
+    assert seen["add: kills its runner"] == (
+        "failed", "the grading process was killed during this test (signal SIGKILL); did your "
+                  "code kill its parent process?")
+    assert seen["divide: after the crash"] == ("passed", "")
+    assert seen["scale: last"] == ("failed", "fails on its own")
+    assert warnings == []
+    # The second runner skipped what the first had finished, and the test it died in.
+    assert runs.read_text().split() == ["first", "killer", "after", "last"]
+
+
+EVERY_TEST_KILLS = "import os, signal\n" + "".join(f'''
+
+def test_{i}():
+    """add: number {i}"""
+    os.kill(os.getpid(), signal.SIGKILL)
+''' for i in range(supervisor.MAX_RUNNER_STARTS + 2))
+
+
+def test_runner_starts_are_limited_and_what_never_ran_says_so(assignment, tmp_path):
+    outcomes, _, _ = run_hidden_tests(assignment(EVERY_TEST_KILLS, ONLY_ADD),
+                                      no_submission(tmp_path), tmp_path)
+    starts = supervisor.MAX_RUNNER_STARTS
+    assert [o.message.split(" (")[0] for o in outcomes] == \
+        ["the grading process was killed during this test"] * starts + \
+        ["this test did not run: grading was stopped by the submission's time limit or "
+         "repeated crashes"] * 2
+    assert {o.status for o in outcomes} == {"failed"}
+
+
+SLOW = '''
+import time
+
+
+def test_quick():
+    """add: quick"""
+
+
+def test_slow():
+    """divide: sleeps past the submission's limit"""
+    time.sleep(120)
+
+
+def test_never():
+    """scale: comes after"""
+'''
+
+
+def test_the_submissions_time_limit_stops_grading_where_it_is(assignment, tmp_path):
+    made = assignment(SLOW, {"submission: 120": "submission: 12", "test: 8": "test: 300"})
+    outcomes, warnings, _ = run_hidden_tests(made, no_submission(tmp_path), tmp_path)
+    assert [(o.status, o.message) for o in outcomes] == [
+        ("passed", ""),
+        ("failed", "the submission's total time limit ran out during this test"),
+        ("failed", "this test did not run: grading was stopped by the submission's time limit "
+                   "or repeated crashes")]
+    assert warnings == ["grading stopped at the submission's time limit"]
+
+
+FORGED = '''
+import json, os, sys
+
+
+def test_forges_an_event():
+    """add: writes an event the runner never sends"""
+    os.write(int(sys.argv[1]), (json.dumps({"event": "surprise"}) + "\\n").encode())
+'''
+
+
+def test_an_event_outside_the_vocabulary_is_a_grading_error(assignment, tmp_path):
+    with pytest.raises(GradingError, match="the runner sent an unknown event 'surprise'"):
+        run_hidden_tests(assignment(FORGED, ONLY_ADD), no_submission(tmp_path), tmp_path)
+
+
+def test_the_grader_private_files_and_the_sandbox_folders(assignment, toy, tmp_path):
+    # Before a runner starts, the work folder's entries but the sandbox folders are private.
+    (tmp_path / "upload").mkdir()
+    (tmp_path / "upload" / "toy.py").write_text("x")
+    (tmp_path / "notes.txt").write_text("the grader's")
+    (tmp_path / "sandbox-x").mkdir(mode=0o755)
+    supervisor._make_private(tmp_path)
+    assert stat.S_IMODE((tmp_path / "upload").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "notes.txt").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "sandbox-x").stat().st_mode) == 0o755
+    assert os.access(tmp_path / "sandbox-x", os.R_OK)
