@@ -96,7 +96,6 @@ def test_every_problem_of_a_broken_suite_is_listed_at_once(assignment, tmp_path)
 @pytest.mark.parametrize(("hidden", "expected"), [
     ("import pytest\n\n@pytest.mark.no_such_marker\ndef test_a(student):\n    '''add: a'''\n",
      "'no_such_marker' not found in `markers` configuration option"),
-    ("def test_a(student):\n    '''add: a'''\n    return (\n", "SyntaxError"),
 ])
 def test_a_suite_that_cannot_be_collected_is_the_instructors_problem(assignment, tmp_path,
                                                                      hidden, expected):
