@@ -140,7 +140,7 @@ def test_the_assignment_version_ignores_what_cannot_change_a_grade(tmp_path):
     folder = config.parent / "assignments" / "toy"
     before = version(config)
     hidden = folder / "tests" / "hidden"
-    (hidden / "__pycache__").mkdir()
+    (hidden / "__pycache__").mkdir(exist_ok=True)
     (hidden / "__pycache__" / "test_toy.cpython-311.pyc").write_bytes(b"compiled")
     (hidden / "README.txt").write_text("notes for TAs")  # neither .py nor .yml
     (folder / "solution").mkdir()
