@@ -6,8 +6,8 @@ the toy: collection validation lists every problem of a broken suite at once, as
 hidden tests" GradingError; markers and docstrings become the specs the report uses; and every
 way a test can end (pass, the author's assertion, pytest's rewritten detail, fail, skip, a
 grader bug, no submission, no GPU, memory) maps to the status and message the student sees.
-Hangs and `uses`/`tolerant` at run time are tests/test_hangs.py's; clipping and the memory limit
-are tests/test_runner_limits.py's.
+Hangs and `uses`/`tolerant` at run time are tests/grading/test_hangs.py's; clipping and the
+memory limit are tests/grading/test_runner_limits.py's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ tests in (not dumpable, umask 077, a memory limit, no plugin autoload, the assig
 importable, the suite's own pytest configuration ignored), and the job's `skip` and budgets.
 What the parent makes of the stream is tests/grading/test_supervisor.py's; the plugin's
 validation and outcomes are tests/grading/test_pytest_plugin.py's; the memory limit's effect is
-tests/test_runner_limits.py's.
+tests/grading/test_runner_limits.py's.
 """
 
 from __future__ import annotations

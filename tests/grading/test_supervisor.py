@@ -4,8 +4,9 @@ run_hidden_tests with real runners: outcomes in collection order with
 their points, a runner killed mid-test failing that test alone while a new runner carries on
 with the rest (and never reruns what finished), the limit of runner starts, the submission's
 total time limit, a stream outside the vocabulary refused, and no sandbox process left after
-it returns. Related, not repeated here: tests/test_grade.py (student code that kills the runner
-through the whole `grade`), tests/test_hangs.py (hung functions), tests/redteam/ (escapes).
+it returns. Related, not repeated here: tests/grading/test_grade.py (student code that kills the
+runner through the whole `grade`), tests/grading/test_hangs.py (hung functions), tests/redteam/
+(escapes).
 """
 
 from __future__ import annotations

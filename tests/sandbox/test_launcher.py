@@ -1,6 +1,6 @@
 """autograder.sandbox.launcher: the seccomp filter and how the launcher follows its spec.
 
-tests/test_isolation.py already runs the launcher's namespaces (capabilities, chroot escape,
+tests/sandbox/test_isolation.py already runs the launcher's namespaces (capabilities, chroot escape,
 the read-only view, /dev) and shows a filtered process refused ptrace, unshare and mount while
 exec and fork still work; tests/redteam/test_rt_escape.py grades a submission that ptraces its
 zygote. Not repeated here. This file covers the rest:

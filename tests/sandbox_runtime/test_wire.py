@@ -3,7 +3,8 @@
 Over real pipes: frames round-trip whatever their size and bytes, a reader refuses a frame
 larger than it accepts before reading it, and a frame cut short (its writer died) or not
 arriving in time ends as WireClosed or WireTimeout, never as a partial payload. What the
-payload means is the codec's (tests/test_codec.py, tests/test_codec_limits.py).
+payload means is the codec's (tests/sandbox_runtime/test_codec.py,
+tests/sandbox_runtime/test_codec_limits.py).
 """
 
 from __future__ import annotations

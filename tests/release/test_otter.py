@@ -36,7 +36,7 @@ from autograder.release.otter import (
 )
 from autograder.student_files.otter_checks import answers_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 MODULE = ASSIGNMENT.config.module
 FUNCTIONS = list(ASSIGNMENT.config.functions)

@@ -19,7 +19,7 @@ from autograder.project.question_bank import render_answers_schema
 from autograder.questions.answers import INVALID, grade_answers
 from autograder.student_files.check import check_answers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"
 BANK = load_assignment("toy", CONFIG).bank  # sum_shape: one of A-C; float_types: all that apply
 

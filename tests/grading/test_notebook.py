@@ -24,7 +24,7 @@ from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import notebook_instructions
 from autograder.student_files.check import EDITED, UNTOUCHED, module_state
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 MODULE = ASSIGNMENT.config.module
 SOLUTION = ASSIGNMENT.solution.read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ from autograder.grading.grade import grade
 from autograder.project import budgets
 from autograder.sandbox.client import SandboxFailure, SandboxTimeout
 
-TOY = Path(__file__).parent / "fixtures" / "toy"
+TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
 
 CONFIG = """

@@ -29,7 +29,7 @@ from autograder.release.build import (
     write_zip,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "fixtures" / "toy"
 ASSIGNMENT = load_assignment("dp_basics")
 TORCH = Project().torch_requirement()

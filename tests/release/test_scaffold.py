@@ -19,7 +19,7 @@ import yaml
 
 from autograder.release.scaffold import ScaffoldError, append_entry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AUTOGRADER = Path(sys.executable).parent / "autograder"
 SKIP = shutil.ignore_patterns(".venv", "__pycache__", "dist", "demo-out", "test-artifacts",
                               ".git", ".pytest_cache", ".ruff_cache", "*.pyc")

@@ -24,7 +24,7 @@ from autograder.questions.answers import INVALID, grade_answers
 from autograder.release.build import Project, key_answers, student_files, write_zip
 from autograder.student_files import check as student_check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 REFERENCE = reference(ASSIGNMENT.solution.read_text())
 

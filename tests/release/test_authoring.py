@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "AUTHORING.md"
 BIN = Path(sys.executable).parent
 SKIP = shutil.ignore_patterns(".venv", "__pycache__", "dist", "demo-out", "test-artifacts",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # What a project holds: its config, sources, committed generated files and generator scripts.
 PROJECT = ["grading.yml", "Makefile", "assignments", "schemas", "docs", "student_templates",
            "scripts/make_mutants.py", "scripts/make_ddp_training_mutants.py"]

@@ -137,7 +137,7 @@ def test_seccomp_refuses_ptrace_and_mount_but_not_ordinary_calls():
     if platform.machine() not in ("x86_64", "aarch64"):
         pytest.skip("the filter has numbers for x86_64 and aarch64")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=60, cwd=Path(__file__).resolve().parents[1])
+                            timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr
     assert "{'ptrace': (-1, 'EPERM'), 'unshare': (-1, 'EPERM'), 'mount': (-1, 'EPERM')}" \
         in result.stdout

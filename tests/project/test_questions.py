@@ -28,7 +28,7 @@ from autograder.project.question_bank import (
     render_answers_schema,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BANK_PATH = bank_path("dp_basics")
 
 

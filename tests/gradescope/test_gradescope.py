@@ -28,7 +28,7 @@ from autograder.project.paths import GRADING_CONFIG
 from autograder.project.schemas import validate
 from autograder.release.build import Project, answers_template, key_answers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 SOURCE = ASSIGNMENT.solution.read_text()
 KEY = yaml.safe_dump(key_answers(ASSIGNMENT.bank))

@@ -10,7 +10,7 @@ import pytest
 from autograder.grading.grade import grade
 from autograder.project.schemas import validate
 
-TOY = Path(__file__).parent / "fixtures" / "toy"
+TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
 ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
 
