@@ -1,30 +1,27 @@
 """The Ray backend of `autograder batch`: `run_ray(tasks, jobs, address, needs_gpu)`.
 
-Each submission is one Ray task calling `autograder.batch.worker.grade_task` on some node of the
-cluster; outcomes are yielded as tasks finish, at most `jobs` of them in flight.
+Warm workers on a Ray cluster that shares no file system with the batch:
 
-- `address=None` starts a private local Ray instance sized to `jobs` CPUs (dashboard off, usage
-  stats off, Ray's logging quiet) and shuts it down afterwards; an address (`"auto"`,
-  `"HOST:6379"`, `"ray://HOST:10001"`) joins an existing cluster, which is left running. A Ray
-  instance already initialised in this process is used as it is.
-- GPU-aware scheduling: when the assignment has GPU-marked hidden tests (`needs_gpu`) and the
-  cluster has GPUs, each task asks for one GPU, so submissions are graded only on GPU nodes, one
-  job per GPU, with `CUDA_VISIBLE_DEVICES` set by Ray. Otherwise tasks ask for none and the
-  assignment's GPU policy (reweight or pending) deals with the GPU tests. `GradeOutcome.worker`
-  names the host, the Ray node and the GPU ids the task was given.
-- A task whose worker dies (killed for memory, crashed) is retried once, then becomes an outcome
-  with `error` set; the batch goes on. Ctrl-C cancels the tasks in flight and re-raises.
+- **Content, not paths.** The assignment is packed once per run (`batch.bundles.pack_assignment`:
+  its grading.yml entry, hidden tests, bank, probes, timings, schemas), put into Ray's object
+  store with `ray.put` and handed to every worker; each submission is sent as its packed bytes
+  (size-capped as zip uploads are), and the reports come back as bytes, which this process,
+  the batch, writes into its staging folder. It stays the only writer of OUT and the gradebook;
+  a worker node needs none of its paths (not the submission's, not OUT, not AUTOGRADER_ROOT).
+- **Warm workers.** One Ray actor (`autograder.batch.ray_grader.RayGrader`) per CPU, or per GPU when
+  the hidden suite has GPU tests and the cluster has GPUs (`CUDA_VISIBLE_DEVICES` set by Ray),
+  at most `jobs`, each holding a runner server as local workers do: a fresh forked runner and
+  fresh sandbox zygotes per submission. An actor that dies (killed for memory, its node lost)
+  is replaced and its submission retried once; a second death makes it an error outcome.
+- **Safe defaults.** Without `address` a private local instance is started that listens on
+  loopback only (checked from /proc before anything is sent: it is shut down otherwise), with
+  no dashboard and no usage stats, and shut down afterwards. An address (`"auto"`,
+  `"HOST:6379"`, `"ray://HOST:10001"`) joins that cluster, which is left running; how it is
+  exposed is its administrator's choice (see docs/RAY.md). A Ray instance already initialised
+  in this process is used as it is.
 
-On a real cluster every worker node needs what `autograder grade` needs, at the same paths:
-  * this package, its dependencies and Ray (the same version as the driver) importable by the
-    Python that runs Ray's workers: the image from docker/Dockerfile.gpu with its
-    `pip install .` changed to `pip install '.[ray]'`, or a `runtime_env` given to `ray.init` /
-    `ray job submit` (e.g. `{"py_modules": [autograder], "pip": [...]}`). The remote function
-    is sent by reference (`autograder.batch.ray_workers._grade_remote`), not by value;
-  * the assignment (grading.yml, hidden tests, bank: `AUTOGRADER_ROOT`), the submissions and the
-    output folder on a shared file system, since tasks carry paths: a worker reads the submission
-    from `task.submission` and writes the reports to `task.out` on its own node. (The report's
-    content also comes back in the outcome, so the gradebook is right either way.)
+What crosses Ray is plain data (bytes, lists, dicts of str and numbers): student code runs only
+in the sandboxes the actors start, and no object it made is ever sent.
 """
 
 from __future__ import annotations
@@ -33,24 +30,51 @@ import contextlib
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from autograder.batch.records import GradeOutcome, GradeTask
 
+STOP_SECONDS = 10.0  # how long cancelled gradings get to clean up before their actors are killed
+# Actors that die one after another without grading anything: Ray cannot start them on this
+# cluster (the package is missing on the nodes, a node keeps dying); the rest fails at once.
+MAX_DEATHS_IN_A_ROW = 4
+
 
 def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
             needs_gpu: bool = False) -> Iterator[GradeOutcome]:
-    """Grade `tasks` on Ray, yielding each outcome as its task finishes (in completion order)."""
+    """Grade `tasks` on Ray actors, yielding each outcome as it finishes (completion order).
+
+    Every task must be of the same assignment (one batch); its reports are written into
+    `task.out` here, on the driver."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     if not tasks:
         return
+    from autograder.batch.bundles import pack_assignment
+    from autograder.batch.ray_grader import RayGrader
+
+    first = tasks[0]
+    if any((t.assignment, t.config_path) != (first.assignment, first.config_path) for t in tasks):
+        raise ValueError("one batch grades one assignment")
+    bundle = pack_assignment(first.assignment, Path(first.config_path))
     ray = _import_ray()
     started_here = _connect(ray, address, jobs)
     try:
-        remote = _remote(ray, _grade_remote, gpus_per_task(needs_gpu, ray.cluster_resources()))
-        yield from _collect(ray, tasks, jobs, remote)
+        resources = ray.cluster_resources()
+        gpus = gpus_per_task(needs_gpu, resources)
+        capacity = int(resources.get("GPU" if gpus else "CPU", 0))
+        workers = max(1, min(jobs, len(tasks), capacity or 1))
+        actor = ray.remote(RayGrader).options(
+            num_cpus=0 if gpus else 1, num_gpus=gpus,
+            # We replace dead actors ourselves, so that a submission is retried once, not
+            # re-run on a restarted actor behind our back.
+            max_restarts=0, max_task_retries=0)
+        share = capacity_per_node(ray, "GPU" if gpus else "CPU")
+        yield from _collect(ray, tasks, workers, actor, ray.put(bundle), share)
     finally:
         if started_here:
             ray.shutdown()
@@ -61,16 +85,15 @@ def gpus_per_task(needs_gpu: bool, cluster_resources: dict[str, float]) -> int:
     return 1 if needs_gpu and cluster_resources.get("GPU", 0) >= 1 else 0
 
 
-def _remote(ray: Any, function: Any, gpus: int) -> Any:
-    """`function` as a Ray task of one grading job: one CPU, `gpus` GPUs."""
-    # A worker that dies (OOM killer, segfault) is retried once; an exception raised inside the
-    # task is not (grade_task never raises: its errors are in the outcome).
-    return ray.remote(function).options(num_cpus=1, num_gpus=gpus, max_retries=1,
-                                        retry_exceptions=False)
+def capacity_per_node(ray: Any, resource: str) -> int:
+    """The most actors one node holds (its CPUs or GPUs): their sandboxes share its memory."""
+    sizes = [int(node.get("Resources", {}).get(resource, 0)) for node in ray.nodes()
+             if node.get("Alive")]
+    return max([1, *sizes])
 
 
 def _import_ray() -> Any:
-    # Set before Ray starts: the raylet and workers we launch inherit it.
+    # Set before Ray starts: the processes we launch inherit it.
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     try:
         import ray
@@ -84,77 +107,168 @@ def _connect(ray: Any, address: str | None, jobs: int) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
-    if address is None:
-        try:
-            ray.init(num_cpus=jobs, **quiet)
-        except BaseException:
-            ray.shutdown()  # Ctrl-C while it was starting: stop the processes already started
-            raise
-        return True
-    ray.init(address=address, **quiet)
-    return False
-
-
-def _collect(ray: Any, tasks: list[GradeTask], jobs: int, remote: Any) -> Iterator[GradeOutcome]:
-    """Keep at most `jobs` tasks of `remote` in flight; yield each outcome as it arrives."""
-    waiting = list(reversed(tasks))
-    in_flight: dict[Any, tuple[GradeTask, float]] = {}
+    if address is not None:
+        ray.init(address=address, **quiet)
+        return False
     try:
-        while waiting or in_flight:
-            while waiting and len(in_flight) < jobs:
-                task = waiting.pop()
-                in_flight[remote.remote(task.to_json())] = (task, time.monotonic())
-            [ref], _ = ray.wait(list(in_flight), num_returns=1)
-            task, submitted = in_flight.pop(ref)
-            yield _outcome(ray, ref, task, submitted)
+        start_local(ray, jobs, **quiet)
+        check_loopback_only(ray)
     except BaseException:
-        # Ctrl-C (or the caller closing us): stop what is in flight. A plain cancel raises
-        # KeyboardInterrupt inside the task, so grading's own clean-up kills its runner and
-        # sandboxes (force=True would kill the worker and leave them running).
-        for ref in in_flight:
+        ray.shutdown()  # Ctrl-C while it was starting, or it listens beyond this machine
+        raise
+    return True
+
+
+def start_local(ray: Any, num_cpus: int, **options: Any) -> None:
+    """`ray.init` of a local instance whose processes listen on 127.0.0.1 only.
+
+    `ray.init(_node_ip_address="127.0.0.1")` is not enough: Ray turns a loopback node address
+    into the machine's routable one, and then its servers (GCS, raylet, workers) listen on all
+    interfaces. It keeps 127.0.0.1, and binds its servers there, when its
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER setting is off (the mode it uses for single-machine
+    instances on macOS and Windows); that setting is read when Ray is imported, so it is
+    switched off around this call only (joining a cluster needs it on). `check_loopback_only`
+    verifies the result whatever Ray's version does.
+    """
+    from ray._private import ray_constants  # a private module: verified after the start
+
+    before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=num_cpus, **options)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+
+
+def check_loopback_only(ray: Any) -> None:
+    """Raise RuntimeError when a process of the local instance listens beyond loopback."""
+    from autograder.batch.listeners import descendants, listeners
+
+    exposed = [str(s) for s in listeners(descendants(os.getpid())) if not s.loopback]
+    if exposed:
+        raise RuntimeError("the local Ray instance listens beyond this machine ("
+                           + ", ".join(exposed[:5]) + "); it was stopped. Start a cluster with "
+                           "`ray start` as you want it exposed and pass --address")
+
+
+@dataclass
+class _Job:
+    task: GradeTask
+    attempts: int = 0  # actors that died grading it
+    submitted: float = field(default_factory=time.monotonic)
+
+
+def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_ref: Any,
+             share: int = 1) -> Iterator[GradeOutcome]:
+    """Keep `workers` actors of class `actor` busy, one submission each; yield each outcome as
+    it arrives. A dead actor is replaced and its submission retried once."""
+    from autograder.batch.bundles import PackError, pack_submission
+
+    waiting = deque(_Job(t) for t in tasks)
+    idle: list[Any] = []
+    busy: dict[Any, tuple[Any, _Job]] = {}  # call ref -> (actor, job)
+    alive: list[Any] = []
+    deaths_in_a_row, last_death = 0, ""
+
+    def start_actor() -> None:
+        handle = actor.remote(bundle_ref, share)
+        alive.append(handle)
+        idle.append(handle)
+
+    try:
+        for _ in range(workers):
+            start_actor()
+        while waiting or busy:
+            while waiting and idle:
+                job = waiting.popleft()
+                try:
+                    request = {"key": job.task.key, "submission":
+                               pack_submission(Path(job.task.submission)),
+                               "late": job.task.to_json()["late"]}
+                except PackError as exc:
+                    yield GradeOutcome(job.task.key, None, f"not sent to Ray: {exc}", 0.0, "ray")
+                    continue
+                handle = idle.pop()
+                job.submitted = time.monotonic()
+                busy[handle.grade.remote(request)] = (handle, job)
+            if not busy:
+                continue
+            [ref], _ = ray.wait(list(busy), num_returns=1)
+            handle, job = busy.pop(ref)
+            try:
+                answer = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - this actor; the batch goes on
+                if not _actor_died(exc):
+                    idle.append(handle)
+                    yield _failed(job, f"grading on Ray failed: {_describe(exc)}")
+                    continue
+                alive.remove(handle)
+                deaths_in_a_row += 1
+                last_death = _describe(exc)
+                job.attempts += 1
+                if deaths_in_a_row >= MAX_DEATHS_IN_A_ROW:
+                    # Nothing graded since: every actor started dies. Stop starting them.
+                    for left in [job, *waiting, *(j for _, j in busy.values())]:
+                        yield _failed(left, f"grading on Ray failed: {deaths_in_a_row} Ray "
+                                            f"workers died in a row ({last_death})")
+                    waiting.clear()
+                    return
+                if job.attempts < 2:
+                    waiting.appendleft(job)  # retried first, on a new actor
+                else:
+                    yield _failed(job, f"grading on Ray failed: {last_death} (the worker "
+                                       "process died twice, e.g. killed for using too much "
+                                       "memory; retried once)")
+                if waiting and len(alive) < workers:
+                    start_actor()
+                continue
+            deaths_in_a_row = 0
+            idle.append(handle)
+            yield _received(job, answer)
+    except BaseException:
+        # Ctrl-C (or the caller closing us): cancel what is in flight. A plain cancel raises
+        # KeyboardInterrupt in the grading, whose clean-up kills its runner and sandboxes;
+        # the actors are killed once those had their time (their runner servers die with them).
+        for ref in busy:
             with contextlib.suppress(Exception):  # never hide why we stopped
                 ray.cancel(ref)
+        with contextlib.suppress(Exception):
+            ray.wait(list(busy), num_returns=len(busy), timeout=STOP_SECONDS)
         raise
+    finally:
+        for handle in alive:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
 
 
-def _outcome(ray: Any, ref: Any, task: GradeTask, submitted: float) -> GradeOutcome:
+def _received(job: _Job, answer: Any) -> GradeOutcome:
+    """The outcome an actor sent, its report files written into the staging folder here."""
+    from autograder.batch.bundles import PackError, write_outputs
+
     try:
-        return GradeOutcome(**ray.get(ref))
-    except Exception as exc:  # noqa: BLE001 - this submission only; the batch goes on
-        # WorkerCrashedError / OutOfMemoryError (after the retry), NodeDiedError, RayTaskError
-        # (e.g. the package is missing on that node), a reply of another version's shape.
-        return GradeOutcome(task.key, None, f"grading on Ray failed: {_describe(exc)}",
-                            time.monotonic() - submitted, "ray")
+        outcome = GradeOutcome(**answer["outcome"])
+        if outcome.key != job.task.key:
+            return _failed(job, "the Ray worker answered for another submission")
+        write_outputs(answer["files"], Path(job.task.out))
+    except (PackError, TypeError, KeyError) as exc:
+        return _failed(job, f"the Ray worker sent an unusable answer: {exc}")
+    except OSError as exc:
+        return _failed(job, f"its reports could not be written here: {exc}")
+    return outcome
+
+
+def _failed(job: _Job, error: str) -> GradeOutcome:
+    return GradeOutcome(job.task.key, None, error, time.monotonic() - job.submitted, "ray")
+
+
+def _actor_died(exc: Exception) -> bool:
+    return any(cls.__name__ in ("RayActorError", "ActorDiedError", "ActorUnavailableError",
+                                "WorkerCrashedError", "OutOfMemoryError", "NodeDiedError")
+               for cls in type(exc).__mro__)
 
 
 def _describe(exc: Exception) -> str:
-    crashed = any(cls.__name__ in ("WorkerCrashedError", "OutOfMemoryError", "NodeDiedError")
-                  for cls in type(exc).__mro__)
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     # A RayTaskError's text is the remote traceback: its last line is the exception itself.
     detail = lines[-1] if lines else ""
-    text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    if crashed:
-        text += " (the worker process died, e.g. killed for using too much memory; retried once)"
-    return text
-
-
-def _grade_remote(task_json: dict) -> dict:
-    """The Ray task: grade one submission on this worker.
-
-    Plain JSON in and out: the task is rebuilt from a dict and the outcome goes back as
-    `asdict(outcome)`, the report as JSON. Nothing made by student code crosses Ray's object
-    store (student code runs only in the sandbox processes grading starts); this worker is
-    trusted grader code, like `autograder grade`.
-    """
-    from dataclasses import asdict
-
-    import ray
-
-    from autograder.batch.worker import grade_task
-
-    outcome = grade_task(GradeTask.from_json(task_json))
-    context = ray.get_runtime_context()
-    gpu_ids = ",".join(str(i) for i in ray.get_gpu_ids()) or "none"
-    outcome.worker = f"{outcome.worker} ray-node={context.get_node_id()[:12]} gpu={gpu_ids}"
-    return asdict(outcome)
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__

@@ -1,0 +1,125 @@
+"""A warm grading worker on a Ray node: `RayGrader`, made a Ray actor by
+`autograder.batch.ray_workers`.
+
+It holds what a local warm worker holds (`batch.worker.warm_up`: a runner server with pytest and
+torch imported, which forks a fresh runner and fresh sandbox zygotes for every submission), and
+it needs nothing of the driver's file system: the assignment arrives once as a bundle (from
+Ray's object store), each submission as packed bytes, and the reports go back as bytes. Its own
+folders are temporary folders of its node, readable by the grader's user alone.
+
+This module is imported by Ray before the actor starts, so it imports nothing of the grader at
+its top: `autograder.project.paths` must first see the bundle's project root (see `__init__`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from autograder.batch.bundles import read_outputs, unpack_assignment, unpack_submission
+from autograder.batch.records import GradeOutcome, GradeTask, LateStatus
+
+
+class RayGrader:
+    """One warm worker: `grade(request)` per submission, one at a time."""
+
+    def __init__(self, bundle: dict, share: int = 1) -> None:
+        # Never raises: a worker that cannot grade answers every request with the reason, so
+        # that the batch reports it once per submission instead of restarting workers forever.
+        self.problem: str | None = None
+        self.root = Path(tempfile.mkdtemp(prefix="autograder-ray-")).resolve()  # 0700
+        self.config: Path | None = None
+        self.assignment = ""
+        try:
+            self._set_up(bundle, share)
+        except Exception as exc:  # noqa: BLE001 - said in every outcome of this worker
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            self.problem = f"the Ray worker could not be set up: {detail}"
+
+    def _set_up(self, bundle: dict, share: int) -> None:
+        self.assignment = str(bundle.get("assignment"))
+        self.config = unpack_assignment(bundle, self.root)
+        # The project root of this worker is the bundle: grading.yml, schemas/, assignments/.
+        # Whatever AUTOGRADER_ROOT the node's Ray processes inherited (a local instance inherits
+        # the driver's environment) names a folder of another machine.
+        os.environ["AUTOGRADER_ROOT"] = str(self.root)
+        # Sandboxes of the workers on this node share its memory (sandbox.sandbox_memory_bytes).
+        os.environ["AUTOGRADER_SANDBOX_SHARE"] = str(max(1, share))
+        os.chdir(self.root)
+        from autograder.project import paths
+
+        if paths.ROOT != self.root:
+            raise RuntimeError(f"autograder.project.paths was imported before the bundle was "
+                               f"unpacked (its root is {paths.ROOT}); this Ray worker process "
+                               "was reused")
+        from autograder.batch.fingerprints import assignment_version, grader_version
+        from autograder.batch.worker import _assignment, warm_up
+
+        spec = _assignment(self.assignment, str(self.config))
+        # The driver's gradebook records its own versions: grading here must be the same.
+        if grader_version() != bundle.get("grader_version"):
+            raise RuntimeError(f"this node's autograder ({grader_version()}) is not the "
+                               f"driver's ({bundle.get('grader_version')}); install the same "
+                               "version on every node")
+        if assignment_version(spec) != bundle.get("assignment_version"):
+            raise RuntimeError("the assignment unpacked here is not the driver's version")
+        warm_up()
+
+    def ready(self) -> str:
+        """Where this worker runs, once it is set up (or why it cannot grade)."""
+        return self.problem or f"ready on {socket.gethostname()}:{os.getpid()}"
+
+    def grade(self, request: dict) -> dict:
+        """Grade one packed submission: {"key", "late", "submission"} in, {"outcome": the
+        GradeOutcome as a dict, "files": {name: bytes}} out. Never raises."""
+        started = time.monotonic()
+        key = str(request.get("key"))
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        if self.problem:
+            return _answer(GradeOutcome(key, None, self.problem, 0.0, worker), {})
+        job = Path(tempfile.mkdtemp(prefix="autograder-ray-job-"))
+        try:
+            (job / "in").mkdir()
+            submission = unpack_submission(request["submission"], job / "in")
+            late = request.get("late")
+            task = GradeTask(key=key, submission=str(submission), out=str(job / "out"),
+                             assignment=self.assignment, config_path=str(self.config),
+                             late=LateStatus(**late) if late else None)
+            from autograder.batch.worker import grade_task
+
+            outcome = grade_task(task)
+            files = read_outputs(job / "out")  # sandbox events too, after a failure
+            return _answer(outcome, files)
+        except Exception as exc:  # noqa: BLE001 - this submission only; the batch goes on
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return _answer(GradeOutcome(key, None, f"the Ray worker failed: {detail}",
+                                        time.monotonic() - started, worker), {})
+        finally:
+            shutil.rmtree(job, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the runner server and remove this worker's folder (before a planned exit)."""
+        worker = sys.modules.get("autograder.batch.worker")
+        server = getattr(worker, "_runners", None)
+        if server is not None:
+            server.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _answer(outcome: GradeOutcome, files: dict[str, bytes]) -> dict:
+    try:
+        import ray
+
+        context = ray.get_runtime_context()
+        gpus = ",".join(str(i) for i in ray.get_gpu_ids()) or "none"
+        outcome.worker = f"{outcome.worker} ray-node={context.get_node_id()[:12]} gpu={gpus}"
+    except Exception:  # noqa: BLE001, S110 - outside Ray (tests): the host and pid say enough
+        pass
+    return {"outcome": asdict(outcome), "files": files}
