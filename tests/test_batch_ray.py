@@ -1,10 +1,11 @@
 """The Ray backend of `autograder batch` on a real local Ray instance (this machine only, no mocks).
 
-One Ray instance serves the module (it takes seconds to start); it declares two logical GPUs, so
-GPU-aware scheduling is visible on a machine without CUDA (Ray hands out GPU ids and sets
-CUDA_VISIBLE_DEVICES; torch still finds no CUDA, so the GPU policy leaves the GPU test out).
+One Ray instance serves most of the module (it takes seconds to start); it declares two logical
+GPUs, so GPU-aware scheduling is visible on a machine without CUDA (Ray hands out GPU ids and
+sets CUDA_VISIBLE_DEVICES; torch still finds no CUDA, so the GPU policy leaves the GPU test out).
 The first test starts and stops its own instance, the path `autograder batch --backend ray`
-takes without `--address`.
+takes without `--address`, and checks that it listens on loopback only.
+tests/test_ray_cluster.py grades on a worker node that cannot see the driver's folders.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import shutil
+import socket
+import subprocess
 import threading
 import time
 from dataclasses import asdict
@@ -20,6 +24,9 @@ from pathlib import Path
 import pytest
 
 from autograder.batch import ray_workers as batch_ray
+from autograder.batch.bundles import pack_assignment
+from autograder.batch.listeners import descendants, listeners
+from autograder.batch.ray_grader import RayGrader
 from autograder.batch.ray_workers import gpus_per_task, run_ray
 from autograder.batch.records import GradeOutcome, GradeTask, LateStatus
 from autograder.grading.grade import grade_loaded
@@ -32,10 +39,10 @@ CONFIG = TOY / "grading.yml"
 GOOD = TOY / "submissions" / "good"
 
 
-def task(tmp_path: Path, key: str, submission: Path | str, assignment: str = "toy",
-         late: LateStatus | None = None) -> GradeTask:
+def task(tmp_path: Path, key: str, submission: Path | str, late: LateStatus | None = None,
+         config: Path = CONFIG) -> GradeTask:
     return GradeTask(key=key, submission=str(submission), out=str(tmp_path / "ray" / key),
-                     assignment=assignment, config_path=str(CONFIG), late=late)
+                     assignment="toy", config_path=str(config), late=late)
 
 
 def submission(tmp_path: Path, name: str, source: str | None, answers: str) -> Path:
@@ -53,14 +60,42 @@ def by_key(outcomes) -> dict[str, GradeOutcome]:
     return {o.key: o for o in outcomes}
 
 
-def test_without_an_address_a_local_instance_is_started_and_shut_down(tmp_path):
+def test_a_local_instance_listens_on_loopback_only_and_is_shut_down(tmp_path):
     if ray.is_initialized():
         pytest.skip("a Ray instance is already running in this process")
-    [outcome] = run_ray([task(tmp_path, "nope", GOOD, assignment="no_such_assignment")], jobs=1)
-    assert outcome.report is None
-    assert outcome.error.startswith("the grader failed:") and "no_such_assignment" in outcome.error
-    assert "ray-node=" in outcome.worker and outcome.worker.endswith("gpu=none")
+    seen: list = []
+    ss_lines: list[str] = []
+    tasks = [task(tmp_path, key, GOOD) for key in ("a", "b")]
+    for outcome in run_ray(tasks, jobs=1):
+        if not seen:  # while the instance, its actor and the runner server are all up
+            pids = descendants(os.getpid())
+            seen = listeners(pids)
+            if shutil.which("ss"):
+                table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+                ss_lines = [line for line in table.splitlines()
+                            if any(f"pid={pid}," in line for pid in pids)]
+        assert outcome.error is None, outcome.error
+        assert outcome.report["score"] == 10
     assert not ray.is_initialized()
+    names = {s.process for s in seen}
+    assert {"gcs_server", "raylet"} <= names, seen  # Ray's own servers were looked at
+    assert [str(s) for s in seen if not s.loopback] == []
+    if ss_lines:  # the same from `ss`: every listener of Ray's processes on 127.0.0.0/8
+        local = [line.split()[3] for line in ss_lines]
+        assert all(a.startswith(("127.", "[::ffff:127.", "[::1]")) for a in local), local
+
+
+def test_listeners_are_read_from_proc():
+    with socket.socket() as inside, socket.socket() as outside:
+        inside.bind(("127.0.0.1", 0))
+        inside.listen()
+        outside.bind(("0.0.0.0", 0))  # listens only; nothing is sent anywhere
+        outside.listen()
+        found = {s.port: s.loopback for s in listeners([os.getpid()])}
+        assert found[inside.getsockname()[1]] is True
+        assert found[outside.getsockname()[1]] is False
+        with pytest.raises(RuntimeError, match="listens beyond this machine"):
+            batch_ray.check_loopback_only(ray)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +103,8 @@ def cluster():
     batch_ray._import_ray()  # usage stats off, as run_ray does
     for attempt in (1, 2):  # Ray gives its processes 30 s to start: a busy machine may miss it
         try:
-            ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
-                     logging_level="ERROR")
+            batch_ray.start_local(ray, 2, num_gpus=2, include_dashboard=False,
+                                  log_to_driver=False, logging_level="ERROR")
             break
         except Exception:
             ray.shutdown()
@@ -85,41 +120,127 @@ def test_scores_equal_those_of_grade(cluster, tmp_path):
         "good": GOOD,
         "wrong_answers": submission(tmp_path, "wrong", source, "sum_shape: B\nfloat_types: [A]\n"),
         "syntax_error": submission(tmp_path, "broken", "def add(a, b)\n", "sum_shape: A\n"),
+        "missing": tmp_path / "no-such-folder",  # not packed: an error outcome of its own
     }
     late = LateStatus(minutes_late=90, days_late=1, penalty=0.1, message="1 day late: -10%")
     tasks = [task(tmp_path, key, path, late=late if key == "good" else None)
              for key, path in subs.items()]
-    # The toy assignment has a GPU test: each job asks for a GPU of its own. The instance is
+    # The toy assignment has a GPU test: each actor holds a GPU of its own. The instance is
     # already running: used as it is.
     outcomes = by_key(run_ray(tasks, jobs=2, needs_gpu=True))
     toy = load_assignment("toy", CONFIG)
     assert ray.is_initialized()
     assert set(outcomes) == set(subs)
-    for key, path in subs.items():
-        outcome = outcomes[key]
+    missing = outcomes.pop("missing")
+    assert missing.report is None and missing.error.startswith("not sent to Ray: ")
+    for key, outcome in outcomes.items():
         assert outcome.error is None, outcome.error
         assert outcome.worker.endswith(("gpu=0", "gpu=1")), outcome.worker
         assert outcome.seconds > 0
         json.dumps(asdict(outcome))  # plain JSON
-        local = asdict(grade_loaded(path, toy, tmp_path / "local" / key,
+        local = asdict(grade_loaded(subs[key], toy, tmp_path / "local" / key,
                                     late=late if key == "good" else None))
         report = outcome.report
         assert (report["score"], report["max_score"]) == (local["score"], local["max_score"])
         assert [p["score"] for p in report["parts"]] == [p["score"] for p in local["parts"]]
         assert {t["name"]: (t["status"], t["score"]) for t in report["tests"]} == \
             {t["name"]: (t["status"], t["score"]) for t in local["tests"]}
+        assert report["warnings"] == local["warnings"]
+        # The reports came back as content and were written here, by the driver.
         written = json.loads((tmp_path / "ray" / key / "report.json").read_text())
         assert written["score"] == report["score"]
+        assert sorted(p.name for p in (tmp_path / "ray" / key).iterdir()) == \
+            ["report.html", "report.json", "report.md", "results.json"]
     assert outcomes["good"].report["score"] == 9.0  # 10, less the late penalty
     assert outcomes["wrong_answers"].report["parts"][0]["score"] < 2
     assert outcomes["syntax_error"].report["parts"][1]["score"] == 0
 
 
-def test_without_gpu_tests_jobs_get_no_gpu(cluster, tmp_path):
-    tasks = [task(tmp_path, key, GOOD, assignment="nope") for key in ("a", "b")]
-    outcomes = by_key(run_ray(tasks, jobs=2, needs_gpu=False))
-    assert all(o.worker.endswith("gpu=none") for o in outcomes.values()), outcomes
-    assert all("no assignment 'nope'" in o.error for o in outcomes.values())
+def test_actors_stay_warm_and_runners_are_fresh(cluster, tmp_path):
+    """One actor grades several submissions in turn (the same worker process), each in a new
+    runner: pytest and torch are not imported again, so later ones are quick."""
+    tasks = [task(tmp_path, f"s{i}", GOOD) for i in range(3)]
+    outcomes = list(run_ray(tasks, jobs=1, needs_gpu=False))
+    assert [o.error for o in outcomes] == [None] * 3
+    assert len({o.worker for o in outcomes}) == 1, [o.worker for o in outcomes]
+    assert all(o.worker.endswith("gpu=none") for o in outcomes)
+    # The first grading waits for the runner server's imports; a cold runner takes longer
+    # than the warm ones for each submission (about 2 s of imports on this machine).
+    assert min(o.seconds for o in outcomes[1:]) < 5, [o.seconds for o in outcomes]
+
+
+def test_a_worker_that_cannot_grade_says_why_for_each_submission(cluster, tmp_path):
+    bundle = pack_assignment("toy", CONFIG)
+    bundle["grader_version"] = "0.0.0+someone-elses"  # as a node with another install
+    actor = ray.remote(RayGrader).options(num_cpus=1, max_restarts=0)
+    tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
+    outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor, ray.put(bundle)))
+    assert set(outcomes) == {"a", "b", "c"}
+    for outcome in outcomes.values():
+        assert outcome.report is None
+        assert "not the driver's (0.0.0+someone-elses)" in outcome.error, outcome.error
+
+
+def test_a_dead_actor_is_replaced_and_its_submission_retried_once(cluster, tmp_path):
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+
+    class Crashing(RayGrader):  # pickled by value: a test-only actor
+        def grade(self, request: dict) -> dict:
+            key = request["key"]
+            with open(attempts / key, "a") as f:
+                f.write("x")
+            tries = len((attempts / key).read_text())
+            if key == "always" or (key == "once" and tries == 1):
+                os._exit(1)  # as the OOM killer would
+            return super().grade(request)
+
+    actor = ray.remote(Crashing).options(num_cpus=1, max_restarts=0, max_task_retries=0)
+    tasks = [task(tmp_path, key, GOOD) for key in ("always", "once", "fine")]
+    outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
+                                         ray.put(pack_assignment("toy", CONFIG))))
+    assert set(outcomes) == {"always", "once", "fine"}
+    always = outcomes["always"]
+    assert always.report is None and always.worker == "ray"
+    assert "died twice" in always.error and "retried once" in always.error, always.error
+    assert (attempts / "always").read_text() == "xx"  # retried once, on a new actor
+    assert (attempts / "once").read_text() == "xx"
+    assert outcomes["once"].error is None and outcomes["once"].report["score"] == 10
+    assert outcomes["fine"].error is None and outcomes["fine"].report["score"] == 10
+    assert (tmp_path / "ray" / "once" / "report.json").is_file()
+    # The actors were killed at the end: both CPUs are free again.
+    whole_node = ray.remote(lambda: "free").options(num_cpus=2)
+    assert ray.get(whole_node.remote(), timeout=60) == "free"
+
+
+def test_ctrl_c_cancels_the_gradings_in_flight_and_stops_the_actors(cluster, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    class Napping(RayGrader):
+        def grade(self, request: dict) -> dict:
+            (marks / request["key"]).touch()
+            for _ in range(600):  # short sleeps, like grading's own 1 s polls
+                time.sleep(0.2)
+            raise AssertionError("not stopped")
+
+    def ctrl_c_once_both_run() -> None:  # Ctrl-C during ray.wait, with two gradings running
+        deadline = time.monotonic() + 120
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _thread.interrupt_main()
+
+    actor = ray.remote(Napping).options(num_cpus=1, max_restarts=0)
+    tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
+    threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        list(batch_ray._collect(ray, tasks, 2, actor, ray.put(pack_assignment("toy", CONFIG))))
+    assert time.monotonic() - started < 100  # not the 120 s the naps would take
+    # Both CPUs come free: the two actors were stopped, the third submission never started.
+    whole_node = ray.remote(lambda: "free").options(num_cpus=2)
+    assert ray.get(whole_node.remote(), timeout=60) == "free"
+    assert sorted(p.name for p in marks.iterdir()) == ["a", "b"]
 
 
 def test_gpus_per_task():
@@ -131,59 +252,55 @@ def test_gpus_per_task():
         list(run_ray([task(Path("/nonexistent"), "x", GOOD)], jobs=0))
 
 
-def test_a_dead_worker_fails_its_submission_only(cluster, tmp_path):
-    attempts = tmp_path / "attempts"
-    attempts.mkdir()
-
-    def crash_or_grade(task_json: dict) -> dict:  # pickled by value: a test-only task
-        if task_json["key"] in ("crash", "raise"):
-            with open(attempts / task_json["key"], "a") as f:
-                f.write("x")
-        if task_json["key"] == "crash":
-            os._exit(1)  # as the OOM killer would
-        if task_json["key"] == "raise":
-            raise RuntimeError("no module named autograder on this node")
-        return batch_ray._grade_remote(task_json)
-
-    tasks = [task(tmp_path, "crash", GOOD), task(tmp_path, "raise", GOOD),
-             task(tmp_path, "missing", tmp_path / "no-such-folder")]
-    outcomes = by_key(batch_ray._collect(ray, tasks, 2, batch_ray._remote(ray, crash_or_grade, 0)))
-    assert set(outcomes) == {"crash", "raise", "missing"}
-    crash = outcomes["crash"]
-    assert crash.report is None and crash.worker == "ray"
-    assert crash.error.startswith("grading on Ray failed: WorkerCrashedError")
-    assert "retried once" in crash.error
-    assert (attempts / "crash").read_text() == "xx"  # max_retries=1
-    raised = outcomes["raise"]  # an exception in the task: not retried, its last line shown
-    assert raised.error.startswith("grading on Ray failed: RayTaskError"), raised.error
-    assert raised.error.endswith("RuntimeError: no module named autograder on this node")
-    assert (attempts / "raise").read_text() == "x" and "retried" not in raised.error
-    missing = outcomes["missing"]  # graded (no files is the student's problem: 0), not an error
-    assert missing.error is None and missing.report["score"] == 0
+SNOOP = '''
+import gc, glob, os, sys
 
 
-def test_ctrl_c_cancels_the_tasks_in_flight(cluster, tmp_path):
-    marks = tmp_path / "marks"
-    marks.mkdir()
+def add(a, b):
+    seen = {
+        "pid": os.getpid(), "uid": os.getuid(),
+        "environ": chr(0).join(f"{k}={v}" for k, v in os.environ.items()),
+        "test_modules": sorted(m for m in sys.modules if not m.startswith("torch.")
+                               and m.rsplit(".", 1)[-1].startswith(("test_", "conftest"))),
+        # The actors' bundles (hidden tests, the key) and the driver's copy of them.
+        "hidden_visible": bool(glob.glob("/tmp/autograder-ray-*")) or os.path.exists(HIDDEN),
+        "canary_in_memory": any(isinstance(o, str) and "CANARY-" in o for o in gc.get_objects()),
+        "foreign_processes": [p for p in os.listdir("/proc") if p.isdigit() and os.stat(
+            f"/proc/{p}").st_uid != os.getuid()],
+    }
+    print("SEEN", repr(seen))
+    return a + b
+'''
 
-    def nap(task_json: dict) -> dict:
-        (marks / task_json["key"]).touch()
-        for _ in range(600):  # short sleeps, like grading's own 1 s polls: a cancel lands
-            time.sleep(0.2)
-        raise AssertionError("not cancelled")
 
-    def ctrl_c_once_both_run() -> None:  # Ctrl-C during ray.wait, with two tasks running
-        deadline = time.monotonic() + 60
-        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        _thread.interrupt_main()
+def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
+    """The wall test of local warm workers (tests/test_batch.py), through Ray actors: what a
+    submission sees from inside its sandbox: no grader environment (Ray's included), no hidden
+    tests in memory or on disk, no grader processes, its own user and PID namespace."""
+    canary = "CANARY-" + os.urandom(8).hex()
+    hidden = TOY / "assignments" / "toy" / "tests" / "hidden" / "test_toy.py"
 
-    tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
-    threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        list(batch_ray._collect(ray, tasks, 2, batch_ray._remote(ray, nap, 0)))
-    # Both CPUs come free: the two naps in flight were cancelled, the third never started.
-    whole_node = ray.remote(lambda: "free").options(num_cpus=2)
-    assert ray.get(whole_node.remote(), timeout=60) == "free"
-    assert sorted(p.name for p in marks.iterdir()) == ["a", "b"]
+    class Planted(RayGrader):  # the worker process's environment holds a secret
+        def __init__(self, bundle: dict, share: int = 1) -> None:
+            os.environ["AUTOGRADER_TEST_SECRET"] = canary
+            super().__init__(bundle, share)
 
+    source = SNOOP.replace("HIDDEN", repr(str(hidden)))
+    folder = submission(tmp_path, "eve", source, (GOOD / "answers.yml").read_text())
+    actor = ray.remote(Planted).options(num_cpus=1, max_restarts=0)
+    [outcome] = batch_ray._collect(ray, [task(tmp_path, "eve", folder)], 1, actor,
+                                   ray.put(pack_assignment("toy", CONFIG)))
+    assert outcome.error is None, outcome.error
+    output = next(t["output"] for t in outcome.report["tests"]
+                  if t["name"] == "add: adds two integers")
+    observed = eval(output.split("SEEN ", 1)[1].strip())  # our own repr of plain values
+    names = {entry.split("=", 1)[0] for entry in observed["environ"].split("\0") if entry}
+    assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in names
+    assert not [n for n in names if n.startswith("RAY")], names
+    assert observed["test_modules"] == []
+    assert not observed["hidden_visible"] and not observed["canary_in_memory"]
+    assert observed["foreign_processes"] == []
+    assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
+    cold = grade_loaded(folder, load_assignment("toy", CONFIG), tmp_path / "cold")
+    assert outcome.report["environment"]["protections"] == cold.environment["protections"]
+    assert outcome.report["score"] == cold.score

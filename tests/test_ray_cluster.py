@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import grade
+from autograder.grading.grade import grade
 
 pytest.importorskip("ray")
 
@@ -135,7 +134,7 @@ def test_an_export_grades_on_the_worker_node_with_the_scores_of_grade(cluster_ru
     assert len(rows) == 6
     node = result["worker_node_id"][:12]
     assert node
-    for key, error, worker, status in rows:
+    for key, error, worker, _status in rows:
         assert error is None, (key, error)
         assert f"ray-node={node}" in worker, (key, worker)  # graded on the hidden node
     statuses = {key: json.loads(status)["status"] for key, _, _, status in rows}
