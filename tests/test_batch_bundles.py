@@ -1,4 +1,4 @@
-"""Packing for Ray workers (autograder.batch_bundles): what crosses is content, capped, and what
+"""Packing for Ray workers (autograder.batch.bundles): what crosses is content, capped, and what
 a worker recreates is the submission as graded here (no Ray needed)."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import archives
-from autograder.batch_bundles import (
+from autograder.batch.bundles import (
     PackError,
     pack_assignment,
     pack_submission,
@@ -20,8 +19,9 @@ from autograder.batch_bundles import (
     unpack_submission,
     write_outputs,
 )
-from autograder.fingerprints import tree_hash
-from autograder.grade import grade
+from autograder.batch.fingerprints import tree_hash
+from autograder.grading import archives
+from autograder.grading.grade import grade
 
 TOY = Path(__file__).parent / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
@@ -122,8 +122,8 @@ def test_the_assignment_bundle_is_what_grading_needs_and_nothing_of_the_driver(t
     text = pickle.dumps(bundle)
     assert str(TOY).encode() not in text  # no path of this machine crosses
     config = unpack_assignment(bundle, tmp_path / "worker")
-    from autograder.assignment import load_assignment
-    from autograder.fingerprints import assignment_version
+    from autograder.batch.fingerprints import assignment_version
+    from autograder.project.assignment import load_assignment
 
     assert assignment_version(load_assignment("toy", config)) == bundle["assignment_version"]
 

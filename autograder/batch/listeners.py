@@ -50,11 +50,16 @@ def descendants(pid: int) -> list[int]:
 
 
 def listeners(pids: list[int]) -> list[Listener]:
-    """The listening TCP sockets (IPv4 and IPv6) held by `pids`; processes that are gone or
-    not ours to inspect are skipped."""
+    """The listening TCP sockets (IPv4 and IPv6) held by `pids` in this process's network
+    namespace; processes that are gone or not ours to inspect are skipped, and so are those in
+    a network namespace of their own (a sandbox's: loopback only, out of the machine's reach;
+    its /proc/PID/net tables are that namespace's)."""
     found = []
+    ours = os.stat("/proc/self/ns/net").st_ino
     for pid in pids:
         try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != ours:
+                continue
             inodes = set()
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 try:
