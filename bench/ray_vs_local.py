@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -57,6 +58,13 @@ def timed_batch(submissions: Path, out: Path, backend: str, jobs: int) -> float:
     if summary.failed:
         sys.exit(f"{backend}: {summary.failed} grader error(s): {summary.line()}")
     return seconds
+
+
+def grading_seconds(out: Path) -> float:
+    """The median time a worker spent grading one submission (the gradebook's `seconds`),
+    without the queueing and dispatch around it."""
+    with sqlite3.connect(out / "gradebook.sqlite") as db:
+        return statistics.median(row[0] for row in db.execute("SELECT seconds FROM runs"))
 
 
 def scores(out: Path) -> dict[str, tuple]:
@@ -125,7 +133,8 @@ def main() -> int:
                 one = timed_batch(small, out / "one", backend, args.jobs)
                 marginals[backend].append((big - one) / (n - 3))
                 print(f"round {round_ + 1} {backend:5}: {n} submissions {big:6.1f} s, "
-                      f"3 submissions {one:5.1f} s, marginal {marginals[backend][-1]:.2f} s",
+                      f"3 submissions {one:5.1f} s, marginal {marginals[backend][-1]:.2f} s; "
+                      f"grading one takes {grading_seconds(out / 'class'):.2f} s (median)",
                       flush=True)
             a, b = scores(work / f"local-{round_}" / "class"), scores(work / f"ray-{round_}"
                                                                     / "class")
