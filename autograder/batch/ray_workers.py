@@ -66,10 +66,12 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
     try:
         resources = ray.cluster_resources()
         gpus = gpus_per_task(needs_gpu, resources)
-        capacity = int(resources.get("GPU" if gpus else "CPU", 0))
+        # Each actor takes a CPU (its gradings use one), and a GPU of its own on GPU work.
+        capacity = int(min(resources.get("CPU", 0), resources.get("GPU", 0)) if gpus
+                       else resources.get("CPU", 0))
         workers = max(1, min(jobs, len(tasks), capacity or 1))
         actor = ray.remote(RayGrader).options(
-            num_cpus=0 if gpus else 1, num_gpus=gpus,
+            num_cpus=1, num_gpus=gpus,
             # We replace dead actors ourselves, so that a submission is retried once, not
             # re-run on a restarted actor behind our back.
             max_restarts=0, max_task_retries=0)
