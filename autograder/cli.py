@@ -380,7 +380,8 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
               help="Submissions graded at once (each uses about one core).")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
               show_default=True, help="Warm workers on this machine, or a Ray cluster.")
-@click.option("--address", help="Ray cluster address (default: start a local Ray instance).")
+@click.option("--address", help="Ray cluster address (default: start a local Ray instance, "
+                                 "listening on 127.0.0.1 only, for this batch).")
 @click.option("--force", is_flag=True, help="Regrade every submission, changed or not.")
 @click.option("--only", multiple=True, metavar="SID",
               help="Regrade only this student (sid or submission key); repeatable.")

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.batch import ray_grader
 from autograder.batch import ray_workers as batch_ray
 from autograder.batch.bundles import pack_assignment
 from autograder.batch.listeners import descendants, listeners
@@ -160,7 +162,10 @@ def test_actors_stay_warm_and_runners_are_fresh(cluster, tmp_path):
     """One actor grades several submissions in turn (the same worker process), each in a new
     runner: pytest and torch are not imported again, so later ones are quick."""
     tasks = [task(tmp_path, f"s{i}", GOOD) for i in range(3)]
+    before = set(Path(tempfile.gettempdir()).glob("autograder-ray-*"))
     outcomes = list(run_ray(tasks, jobs=1, needs_gpu=False))
+    # The actor's folders (its bundle, each submission's) are gone with it.
+    assert set(Path(tempfile.gettempdir()).glob("autograder-ray-*")) <= before
     assert [o.error for o in outcomes] == [None] * 3
     assert len({o.worker for o in outcomes}) == 1, [o.worker for o in outcomes]
     assert all(o.worker.endswith("gpu=none") for o in outcomes)
@@ -208,6 +213,28 @@ def test_a_dead_actor_is_replaced_and_its_submission_retried_once(cluster, tmp_p
     assert outcomes["once"].error is None and outcomes["once"].report["score"] == 10
     assert outcomes["fine"].error is None and outcomes["fine"].report["score"] == 10
     assert (tmp_path / "ray" / "once" / "report.json").is_file()
+    # A killed actor cleans nothing up; the next actor on the node removes what it left.
+    left = [d for d in Path(tempfile.gettempdir()).glob("autograder-ray-*")
+            if not Path(f"/proc/{d.name.split('-')[2]}").exists()]
+    list(batch_ray._collect(ray, [task(tmp_path, "next", GOOD)], 1,
+                            ray.remote(RayGrader).options(num_cpus=1),
+                            ray.put(pack_assignment("toy", CONFIG))))
+    assert not [d for d in left if d.exists()]
+
+
+def test_folders_of_dead_workers_are_removed_and_no_others(tmp_path):
+    root = Path(tempfile.gettempdir())
+    dead = root / "autograder-ray-999999999-abc"  # above any pid_max: no such process
+    alive = root / f"autograder-ray-{os.getpid()}-abc"
+    other = root / "autograder-ray-notapid"
+    for folder in (dead, alive, other):
+        (folder / "assignments").mkdir(parents=True)
+    try:
+        ray_grader._remove_left_by_dead_workers()
+        assert not dead.exists() and alive.is_dir() and other.is_dir()
+    finally:
+        for folder in (dead, alive, other):
+            shutil.rmtree(folder, ignore_errors=True)
     # The actors were killed at the end: both CPUs are free again.
     whole_node = ray.remote(lambda: "free").options(num_cpus=2)
     assert ray.get(whole_node.remote(), timeout=60) == "free"

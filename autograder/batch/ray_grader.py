@@ -27,6 +27,8 @@ from pathlib import Path
 from autograder.batch.bundles import read_outputs, unpack_assignment, unpack_submission
 from autograder.batch.records import GradeOutcome, GradeTask, LateStatus
 
+PREFIX = "autograder-ray-"  # of this worker's temporary folders: PREFIX + pid + "-..."
+
 
 class RayGrader:
     """One warm worker: `grade(request)` per submission, one at a time."""
@@ -35,7 +37,10 @@ class RayGrader:
         # Never raises: a worker that cannot grade answers every request with the reason, so
         # that the batch reports it once per submission instead of restarting workers forever.
         self.problem: str | None = None
-        self.root = Path(tempfile.mkdtemp(prefix="autograder-ray-")).resolve()  # 0700
+        _remove_left_by_dead_workers()
+        # 0700, the grader's alone; named by this process, so that the next worker on this
+        # node removes it if this one is killed (a killed actor cleans nothing up).
+        self.root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")).resolve()
         self.config: Path | None = None
         self.assignment = ""
         try:
@@ -91,7 +96,7 @@ class RayGrader:
         worker = f"{socket.gethostname()}:{os.getpid()}"
         if self.problem:
             return _answer(GradeOutcome(key, None, self.problem, 0.0, worker), {})
-        job = Path(tempfile.mkdtemp(prefix="autograder-ray-job-"))
+        job = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-job-"))
         try:
             (job / "in").mkdir()
             submission = unpack_submission(request["submission"], job / "in")
@@ -118,6 +123,20 @@ class RayGrader:
         if server is not None:
             server.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _remove_left_by_dead_workers() -> None:
+    """Remove the folders of this node's workers that died without cleaning up: ours (by
+    name and owner) whose process is gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
+        pid = folder.name[len(PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or folder.is_symlink() or \
+                    folder.stat().st_uid != os.getuid() or Path(f"/proc/{pid}").exists():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _answer(outcome: GradeOutcome, files: dict[str, bytes]) -> dict:

@@ -238,6 +238,12 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
             ray.wait(list(busy), num_returns=len(busy), timeout=STOP_SECONDS)
         raise
     finally:
+        # Idle actors stop their runner server and remove their folders (the bundle) first;
+        # killing alone would leave those on the node's /tmp after every batch.
+        working = {id(handle) for handle, _ in busy.values()}
+        with contextlib.suppress(Exception):
+            ray.get([h.close.remote() for h in alive if id(h) not in working],
+                    timeout=STOP_SECONDS)
         for handle in alive:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
