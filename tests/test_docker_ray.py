@@ -1,6 +1,6 @@
 """docker/Dockerfile.ray kept in step with the package: a static check of the file, NOT a build
 (no Docker daemon, and no network to pull base images, where this project is tested). What a
-worker node runs is tested for real by tests/test_ray_cluster.py (a worker node that sees none
+worker node runs is tested for real by tests/batch/test_ray_cluster.py (a worker node that sees none
 of the project's files, only the installed package)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A fingerprint must change with every byte that can change a grade (the files, their names, the
 grader's code, the assignment's tests, probes, questions and configuration) and with nothing
 else (times, the order files were written, caches), or re-runs would regrade everything or,
-worse, keep stale grades. The batch driver's use of them is tests/test_batch.py's.
+worse, keep stale grades. The batch driver's use of them is tests/batch/test_batch.py's.
 """
 
 from __future__ import annotations

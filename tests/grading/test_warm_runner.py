@@ -4,7 +4,7 @@ A real server (`python -I -m autograder.grading.warm_runner FD`, started by Runn
 each job gets a freshly forked runner (its own pid, session and results stream) that reports
 how it ended; a server that dies makes `alive` False, `spawn` None and its runners count as
 killed, and grading then starts runners cold; and grading the toy through the server gives the
-same report as grading it cold. Its sandboxes' walls are tests/test_batch.py's
+same report as grading it cold. Its sandboxes' walls are tests/batch/test_batch.py's
 (test_warm_sandboxes_are_as_walled_off_as_cold_ones) and tests/grading/test_hangs.py's.
 """
 

@@ -23,7 +23,7 @@ from autograder.batch.fingerprints import tree_hash
 from autograder.grading import archives
 from autograder.grading.grade import grade
 
-TOY = Path(__file__).parent / "fixtures" / "toy"
+TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
 GOOD = TOY / "submissions" / "good"
 

@@ -5,7 +5,7 @@ GPUs, so GPU-aware scheduling is visible on a machine without CUDA (Ray hands ou
 sets CUDA_VISIBLE_DEVICES; torch still finds no CUDA, so the GPU policy leaves the GPU test out).
 The first test starts and stops its own instance, the path `autograder batch --backend ray`
 takes without `--address`, and checks that it listens on loopback only.
-tests/test_ray_cluster.py grades on a worker node that cannot see the driver's folders.
+tests/batch/test_ray_cluster.py grades on a worker node that cannot see the driver's folders.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from autograder.project.assignment import load_assignment
 
 ray = pytest.importorskip("ray")
 
-TOY = Path(__file__).parent / "fixtures" / "toy"
+TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
 GOOD = TOY / "submissions" / "good"
 
@@ -301,7 +301,7 @@ def add(a, b):
 
 
 def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
-    """The wall test of local warm workers (tests/test_batch.py), through Ray actors: what a
+    """The wall test of local warm workers (tests/batch/test_batch.py), through Ray actors: what a
     submission sees from inside its sandbox: no grader environment (Ray's included), no hidden
     tests in memory or on disk, no grader processes, its own user and PID namespace."""
     canary = "CANARY-" + os.urandom(8).hex()

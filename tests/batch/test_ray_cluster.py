@@ -4,7 +4,7 @@ schemas, even the repository's own assignments/ and tests/) are empty read-only 
 the worker node's mount namespace. Every submission is graded there, by warm actors, with the
 scores `autograder grade` gives on this machine.
 
-The cluster runs in namespaces of its own (tests/ray_two_nodes.py): loopback-only networking,
+The cluster runs in namespaces of its own (tests/batch/ray_two_nodes.py): loopback-only networking,
 and a PID namespace that takes every Ray process with it when the harness ends. It needs root
 or unprivileged user namespaces, as the sandboxes' own isolation does.
 """
@@ -28,8 +28,8 @@ from autograder.grading.grade import grade
 pytest.importorskip("ray")
 
 HERE = Path(__file__).parent
-REPO = HERE.parent
-TOY = HERE / "fixtures" / "toy"
+REPO = HERE.parents[1]
+TOY = REPO / "tests" / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
 ANSWERS = (TOY / "submissions" / "good" / "answers.yml").read_text()
 HOSTILE = GOOD.replace("def add(a, b):\n", """def add(a, b):

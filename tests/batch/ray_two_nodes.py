@@ -1,5 +1,5 @@
 """A two-node Ray cluster on this machine whose worker node cannot see the driver's folders, and
-`autograder batch --backend ray --address` run against it (used by tests/test_ray_cluster.py).
+`autograder batch --backend ray --address` run against it (used by tests/batch/test_ray_cluster.py).
 
 Run as PID 1 of its own PID, mount and network namespaces (the test starts it with `unshare
 --net --pid --mount --fork --mount-proc`): the network namespace has loopback only, so Ray's
@@ -7,7 +7,7 @@ nodes get 127.0.0.1 as their address and nothing can leave the machine; when thi
 the kernel ends every process of the cluster with it (no `ray stop`, which would stop other
 people's Ray on this machine).
 
-    python tests/ray_two_nodes.py SPEC.json
+    python tests/batch/ray_two_nodes.py SPEC.json
 
 SPEC: {"hide": [folders the worker node must not see], "hide_files": [files it must not see
 (/dev/null is mounted over them)], "probe": [files under them that exist here], "temp": folder

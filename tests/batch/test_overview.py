@@ -32,7 +32,7 @@ from autograder.batch.records import ClassSubmission, GradedSubmission, Submitte
 from autograder.grading.submission_status import SubmissionStatus
 from autograder.project.assignment import load_assignment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -19,7 +19,7 @@ import pytest
 from autograder.batch.driver import BatchError, batch
 from autograder.batch.gradebook import Gradebook
 
-TOY = Path(__file__).parent / "fixtures" / "toy"
+TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
 ANSWERS = (TOY / "submissions" / "good" / "answers.yml").read_text()
