@@ -29,7 +29,7 @@ import yaml
 from autograder.project.inert import label
 from autograder.project.question_bank import Question, QuestionBank, answers_schema
 from autograder.sandbox.untrusted_parse import ChildFailed, run_limited
-from autograder.student_files.check import DuplicateAnswer, answers_loader
+from autograder.student_files.check import DuplicateAnswer, answers_loader, normalise_letters
 
 ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 NO_FILE_MESSAGE = "no answers file found (expected answers.yml or answers.json)"
@@ -273,22 +273,9 @@ def _given(value: Any) -> list[str]:
 
 
 def normalise_answer(question: Question, value: Any) -> Any:
-    """Strip and upper-case letters; one letter <-> one-element list as the question expects.
-
-    Returns None for an unanswered question. Anything else that is not a letter is returned as it
-    is, for the schema to reject with a precise message.
-    """
-    if isinstance(value, str):
-        value = value.strip().upper()
-    elif isinstance(value, list):
-        value = [x.strip().upper() if isinstance(x, str) else x for x in value]
-    if value in (None, "", []):
-        return None
-    if question.multiple and isinstance(value, str) and len(value) == 1:
-        return [value]
-    if not question.multiple and isinstance(value, list) and len(value) == 1:
-        return value[0]
-    return value
+    """`value` as check.py reads it too (see student_files.check.normalise_letters); None for
+    an unanswered question."""
+    return normalise_letters(value, question.multiple)
 
 
 def _range(question: Question) -> str:

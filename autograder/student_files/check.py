@@ -547,15 +547,21 @@ def _show(value: Any) -> str:
 
 
 def normalise(prop: dict[str, Any], value: Any) -> Any:
-    """As the grader reads answers: letters stripped and upper-cased; one letter <-> a list of
-    one as the question expects; null, "" and [] mean unanswered (None)."""
+    """An answer as the grader reads it, for a question of the answers schema (`prop`)."""
+    return normalise_letters(value, multiple="items" in prop)
+
+
+def normalise_letters(value: Any, multiple: bool) -> Any:
+    """Letters stripped and upper-cased; one letter <-> a list of one as the question expects
+    (`multiple`: select all that apply); null, "" and [] mean unanswered (None). Anything else
+    that is not a letter is returned as it is, for the schema to reject with a precise message.
+    The grader normalises with this same function."""
     if isinstance(value, str):
         value = value.strip().upper()
     elif isinstance(value, list):
         value = [x.strip().upper() if isinstance(x, str) else x for x in value]
     if value in (None, "", []):
         return None
-    multiple = "items" in prop
     if multiple and isinstance(value, str) and len(value) == 1:
         return [value]
     if not multiple and isinstance(value, list) and len(value) == 1:
