@@ -43,6 +43,9 @@ class PackError(ValueError):
 # ----------------------------------------------------------------------------- submissions
 
 
+# Folders nested deeper than this are refused (a zip export caps each name, not the depth).
+MAX_DEPTH = 64
+
 def pack_submission(path: Path) -> dict:
     """A submission (folder, or a file such as a .zip upload) as plain data, within the limits
     of zip uploads: {"format", "name", "kind": "file"|"folder", "data" | "entries"}.
@@ -72,10 +75,15 @@ def pack_submission(path: Path) -> dict:
         total = 0
         for folder, dirs, files in os.walk(path, onerror=_raise):
             dirs.sort()
+            # os.walk recurses (Python 3.11): a folder 1,000 deep would be a RecursionError
+            if len(Path(folder).relative_to(path).parts) >= MAX_DEPTH:
+                raise PackError(f"the submission's folders are nested more than {MAX_DEPTH} "
+                                "deep")
             for name in sorted(dirs) + sorted(files):
                 full = Path(folder, name)
                 relative = os.fsencode(full.relative_to(path).as_posix())
-                mode = full.lstat().st_mode
+                info = full.lstat()
+                mode = info.st_mode
                 if len(entries) >= MAX_ENTRIES:
                     raise PackError(f"the submission has more than {MAX_ENTRIES} files and "
                                     "folders, the limit of uploads")
@@ -84,10 +92,15 @@ def pack_submission(path: Path) -> dict:
                 elif stat.S_ISDIR(mode):
                     entries.append([relative, "dir", b""])
                 elif stat.S_ISREG(mode):
-                    data = full.read_bytes()
+                    # Sized before it is read: a sparse 8 GiB file must not be read at all.
+                    if info.st_size > MAX_FILE_BYTES:
+                        raise PackError(f"a file of the submission is {_mib(info.st_size)}, "
+                                        f"over the {_mib(MAX_FILE_BYTES)} limit of uploads")
+                    with open(full, "rb") as handle:
+                        data = handle.read(MAX_FILE_BYTES + 1)  # it may grow meanwhile
                     if len(data) > MAX_FILE_BYTES:
-                        raise PackError(f"a file of the submission is {_mib(len(data))}, over "
-                                        f"the {_mib(MAX_FILE_BYTES)} limit of uploads")
+                        raise PackError(f"a file of the submission is over the "
+                                        f"{_mib(MAX_FILE_BYTES)} limit of uploads")
                     total += len(data)
                     if total > MAX_TOTAL_BYTES:
                         raise PackError(f"the submission's files add up to over "

@@ -190,6 +190,10 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                 except PackError as exc:
                     yield GradeOutcome(job.task.key, None, f"not sent to Ray: {exc}", 0.0, "ray")
                     continue
+                except Exception as exc:  # noqa: BLE001 - this submission only; the batch goes on
+                    yield GradeOutcome(job.task.key, None, "not sent to Ray: the submission "
+                                       f"could not be packed ({type(exc).__name__})", 0.0, "ray")
+                    continue
                 handle = idle.pop()
                 job.submitted = time.monotonic()
                 busy[handle.grade.remote(request)] = (handle, job)

@@ -142,3 +142,30 @@ def test_reports_come_back_checked(tmp_path):
         with pytest.raises(PackError):
             write_outputs(bad, tmp_path / "elsewhere")
     assert not (tmp_path / "x").exists()
+
+
+def deep_folder(root: Path, depth: int) -> Path:
+    root.mkdir()
+    folder = root
+    for _ in range(depth):  # one level at a time (mkdir(parents=True) recurses)
+        folder = folder / "d"
+        folder.mkdir()
+    (folder / "toy.py").write_text("x = 1\n")
+    return root
+
+
+def test_a_folder_nested_too_deep_is_refused_not_a_recursion_error(tmp_path):
+    # A folder 999 deep made os.walk (recursive in Python 3.11) raise RecursionError, which
+    # was no PackError: the batch would have stopped.
+    with pytest.raises(PackError, match="nested more than 64 deep"):
+        pack_submission(deep_folder(tmp_path / "deep", 999))
+    pack_submission(deep_folder(tmp_path / "ok", 20))  # deep but within the limit
+
+
+def test_a_huge_file_is_refused_by_its_size_before_it_is_read(tmp_path):
+    folder = tmp_path / "sparse"
+    folder.mkdir()
+    with open(folder / "big.bin", "wb") as handle:  # 8 GiB, sparse: reading it would not fit
+        handle.truncate(8 << 30)
+    with pytest.raises(PackError, match="8192.0 MiB, over the"):
+        pack_submission(folder)

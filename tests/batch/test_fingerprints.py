@@ -187,3 +187,25 @@ def test_the_grader_hash_covers_code_templates_and_schemas_only(tmp_path):
         assert tree_hash(package, suffixes) != before, name
         path.write_bytes(data)
     assert tree_hash(package, suffixes) == before
+
+
+def test_a_submission_nested_a_thousand_deep_or_with_a_huge_file_is_hashed_all_the_same(
+        tmp_path):
+    # The batch fingerprints each submission before anything checks it: a folder 999 deep
+    # (rglob recursed into a RecursionError) or a sparse 8 GiB file (read whole) stopped it.
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    folder = deep
+    for _ in range(999):  # one level at a time (mkdir(parents=True) recurses)
+        folder = folder / "d"
+        folder.mkdir()
+    (folder / "toy.py").write_text("x = 1\n")
+    assert len(tree_hash(deep)) == 64
+    sparse = tmp_path / "sparse"
+    sparse.mkdir()
+    with open(sparse / "big.bin", "wb") as handle:
+        handle.truncate(8 << 30)
+    first = tree_hash(sparse)
+    with open(sparse / "big.bin", "r+b") as handle:  # a change within the hashed part shows
+        handle.write(b"x")
+    assert tree_hash(sparse) != first
