@@ -29,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -62,7 +64,7 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
         raise ValueError("one batch grades one assignment")
     bundle = pack_assignment(first.assignment, Path(first.config_path))
     ray = _import_ray()
-    started_here = _connect(ray, address, jobs)
+    started_here = _connect(ray, address, jobs)  # our instance's private folder, or None
     try:
         resources = ray.cluster_resources()
         gpus = gpus_per_task(needs_gpu, resources)
@@ -80,6 +82,7 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
     finally:
         if started_here:
             ray.shutdown()
+            shutil.rmtree(started_here, ignore_errors=True)
 
 
 def gpus_per_task(needs_gpu: bool, cluster_resources: dict[str, float]) -> int:
@@ -104,21 +107,24 @@ def _import_ray() -> Any:
     return ray
 
 
-def _connect(ray: Any, address: str | None, jobs: int) -> bool:
-    """Join the cluster at `address`, or start a local instance; True when we started one."""
+def _connect(ray: Any, address: str | None, jobs: int) -> str | None:
+    """Join the cluster at `address`, or start a local instance; the local instance's private
+    folder when we started one, else None."""
     if ray.is_initialized():
-        return False
+        return None
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     if address is not None:
         ray.init(address=address, **quiet)
-        return False
+        return None
+    folder = tempfile.mkdtemp(prefix="agray-")
     try:
-        start_local(ray, jobs, **quiet)
+        start_local(ray, jobs, _temp_dir=folder, **quiet)
         check_loopback_only(ray)
     except BaseException:
         ray.shutdown()  # Ctrl-C while it was starting, or it listens beyond this machine
+        shutil.rmtree(folder, ignore_errors=True)
         raise
-    return True
+    return folder
 
 
 def start_local(ray: Any, num_cpus: int, **options: Any) -> None:
@@ -131,6 +137,10 @@ def start_local(ray: Any, num_cpus: int, **options: Any) -> None:
     instances on macOS and Windows); that setting is read when Ray is imported, so it is
     switched off around this call only (joining a cluster needs it on). `check_loopback_only`
     verifies the result whatever Ray's version does.
+
+    Pass a private `_temp_dir` (run_ray does: mkdtemp, 0700): Ray's shared /tmp/ray is writable
+    by every user, and its session files name the ports, so a sandbox in `uid` mode (which
+    shares the host's loopback) could find or disturb the instance there.
     """
     from ray._private import ray_constants  # a private module: verified after the start
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -68,10 +69,15 @@ def test_a_local_instance_listens_on_loopback_only_and_is_shut_down(tmp_path):
     seen: list = []
     ss_lines: list[str] = []
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b")]
+    shared = Path("/tmp/ray")  # every user may write there (see start_local)
+    sessions = set(shared.iterdir()) if shared.is_dir() else set()
+    private: set[str] = set()
     for outcome in run_ray(tasks, jobs=1):
         if not seen:  # while the instance, its actor and the runner server are all up
             pids = descendants(os.getpid())
             seen = listeners(pids)
+            private = {m.group(0) for pid in pids for arg in _cmdline(pid)
+                       if (m := re.search(r"/[^\s=:]*/agray-[^/\s]+", arg))}
             if shutil.which("ss"):
                 table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
                 ss_lines = [line for line in table.splitlines()
@@ -79,6 +85,10 @@ def test_a_local_instance_listens_on_loopback_only_and_is_shut_down(tmp_path):
         assert outcome.error is None, outcome.error
         assert outcome.report["score"] == 10
     assert not ray.is_initialized()
+    # Its session lived in a private folder (0700), now removed; nothing new in /tmp/ray.
+    assert private, "Ray's processes name no private session folder"
+    assert not any(Path(folder).exists() for folder in private)
+    assert (set(shared.iterdir()) if shared.is_dir() else set()) <= sessions
     names = {s.process for s in seen}
     assert {"gcs_server", "raylet"} <= names, seen  # Ray's own servers were looked at
     assert [str(s) for s in seen if not s.loopback] == []
@@ -331,3 +341,10 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     cold = grade_loaded(folder, load_assignment("toy", CONFIG), tmp_path / "cold")
     assert outcome.report["environment"]["protections"] == cold.environment["protections"]
     assert outcome.report["score"] == cold.score
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
