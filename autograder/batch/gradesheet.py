@@ -33,6 +33,7 @@ from pathlib import Path
 from autograder.batch.records import GradedSubmission, Submitter
 from autograder.grading.results import PARTS
 from autograder.project.assignment import Assignment
+from autograder.project.inert import inert
 
 IDENTITY = ["sid", "name", "email"]
 TOTALS = ["status", "total", "raw_total", "max_score", "late_penalty_pct", "minutes_late"]
@@ -49,9 +50,10 @@ def number(value: float, digits: int = 2) -> str:
 
 
 def safe_text(value: str) -> str:
-    """A text cell that a spreadsheet will not run as a formula."""
+    """A text cell that a spreadsheet will not run as a formula, on one line, with control
+    characters shown as escapes (a folder name can hold an ESC or a newline)."""
     value = str(value)
-    return "'" + value if value.startswith(_FORMULA_START) else value
+    return inert("'" + value if value.startswith(_FORMULA_START) else value, single_line=True)
 
 
 def members(rows: list[GradedSubmission]) -> Iterator[tuple[GradedSubmission, Submitter]]:

@@ -39,6 +39,7 @@ from autograder.grading.report import PART_TITLES
 from autograder.grading.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
 from autograder.project import templates
 from autograder.project.assignment import Assignment
+from autograder.project.inert import inert
 
 CHART_DIR = "overview"
 SCORES_PNG = "scores.png"
@@ -208,7 +209,8 @@ def _is_graded(row: GradedSubmission) -> bool:
 
 
 def _line(row: GradedSubmission, out: Path, functions: list[str]) -> Line:
-    students = [(s.name, s.sid) for s in row.submission.submitters] or [("", row.submission.key)]
+    students = [(inert(s.name, True), inert(s.sid, True)) for s in row.submission.submitters] \
+        or [("", inert(row.submission.key, True))]
     line = Line(row, students, _is_graded(row), report_link(out, row.submission.sid),
                 row.status)
     if not line.graded:

@@ -125,7 +125,23 @@ def test_text_that_would_be_a_formula_is_quoted(grades):
     formula = next(line for line in lines if line["sid"] == "s006")
     assert formula["name"] == "'" + FORMULA_NAME
     assert [safe_text(t) for t in ("-1", "+x", "@SUM(A1)", "\tx", "Ann", "")] == \
-        ["'-1", "'+x", "'@SUM(A1)", "'\tx", "Ann", ""]
+        ["'-1", "'+x", "'@SUM(A1)", "'\\tx", "Ann", ""]  # the tab shown, not raw
+
+
+def test_control_characters_in_names_are_shown_as_escapes(graded, tmp_path):
+    # A folder export's student folder may be named "ev<ESC>[31mil<newline>name": the sheet a
+    # TA opens shows it escaped, on one line, never as raw terminal codes.
+    _, rows, assignment = graded
+    hostile = Submitter(name="ev\x1b[31mil\nname", sid="s\x07id")
+    first = dataclasses.replace(rows[0], submission=dataclasses.replace(
+        rows[0].submission, submitters=[hostile]))
+    path = tmp_path / "grades.csv"
+    write_grades_csv([first, *rows[1:]], assignment, path)
+    text = path.read_text(encoding="utf-8")
+    assert "\x1b" not in text and "\x07" not in text
+    _, lines = read(path)
+    assert len(lines) == 6
+    assert any(line["name"].startswith("ev") and "31mil" in line["name"] for line in lines)
 
 
 def test_the_file_does_not_depend_on_the_order_of_rows(graded, tmp_path):
