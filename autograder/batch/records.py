@@ -7,6 +7,7 @@ for grades.csv and the class overview).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,9 +17,13 @@ from autograder.grading.late import LateStatus
 
 
 def report_folder(sid: str) -> str:
-    """The folder name under OUT/reports/ for a student (Gradescope sids are free text)."""
+    """The folder name under OUT/reports/ for a student (Gradescope sids are free text): the
+    sid itself when it is a safe name, else its safe characters and a hash of it, so that two
+    sids never share a folder ('ann lee' and 'ann_lee' did)."""
     cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in sid).strip(".")
-    return cleaned or "unknown"
+    if cleaned == sid and sid:
+        return sid
+    return f"{cleaned or 'unknown'}-{hashlib.sha256(sid.encode()).hexdigest()[:10]}"
 
 
 @dataclass(frozen=True)

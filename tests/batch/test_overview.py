@@ -28,7 +28,7 @@ import pytest
 from toy_class import CONFIG, FORMULA_NAME, HOSTILE_ERROR, HOSTILE_NAME, toy_class
 
 from autograder.batch.overview import duration, normalise, report_link, shade, write_overview
-from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter
+from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter, report_folder
 from autograder.grading.submission_status import SubmissionStatus
 from autograder.project.assignment import load_assignment
 
@@ -399,9 +399,14 @@ def test_durations():
 def test_report_links_stay_inside_reports(tmp_path):
     # The folder is the one autograder.batch.driver writes: report_folder(sid), path characters
     # replaced.
-    (tmp_path / "reports" / "s_1").mkdir(parents=True)
-    (tmp_path / "reports" / "s_1" / "report.html").write_text("x")
-    assert report_link(tmp_path, "s 1") == "reports/s_1/report.html"
+    folder = report_folder("s 1")
+    assert folder.startswith("s_1-") and folder != report_folder("s_1") == "s_1"
+    (tmp_path / "reports" / folder).mkdir(parents=True)
+    (tmp_path / "reports" / folder / "report.html").write_text("x")
+    assert report_link(tmp_path, "s 1") == f"reports/{folder}/report.html"
     assert report_link(tmp_path, "s2") is None  # no report written
     for sid in ("..", "../reports/s 1", "a/b", ""):
         assert report_link(tmp_path, sid) is None
+    # every sid its own folder: no student's reports written over another's
+    sids = ["ann lee", "ann_lee", "ann/lee", "..", ".", "", "ann.lee", "Ann Lee", "ann\x1blee"]
+    assert len({report_folder(sid) for sid in sids}) == len(sids)
