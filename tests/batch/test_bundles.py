@@ -144,25 +144,12 @@ def test_reports_come_back_checked(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def deep_folder(root: Path, depth: int) -> Path:
-    root.mkdir()
-    folder = root
-    for _ in range(depth):  # one level at a time (mkdir(parents=True) recurses)
-        folder = folder / "d"
-        folder.mkdir()
-    (folder / "toy.py").write_text("x = 1\n")
-    return root
-
-
-def test_a_folder_nested_too_deep_is_refused_not_a_recursion_error(tmp_path):
+def test_a_folder_nested_too_deep_is_refused_not_a_recursion_error(tmp_path, folder_chain):
     # A folder 999 deep made os.walk (recursive in Python 3.11) raise RecursionError, which
     # was no PackError: the batch would have stopped.
-    try:
-        with pytest.raises(PackError, match="nested more than 64 deep"):
-            pack_submission(deep_folder(tmp_path / "deep", 999))
-    finally:
-        remove_chain(tmp_path / "deep")
-    pack_submission(deep_folder(tmp_path / "ok", 20))  # deep but within the limit
+    with pytest.raises(PackError, match="nested more than 64 deep"):
+        pack_submission(folder_chain(tmp_path / "deep", 999))
+    pack_submission(folder_chain(tmp_path / "ok", 20))  # deep but within the limit
 
 
 def test_a_huge_file_is_refused_by_its_size_before_it_is_read(tmp_path):
@@ -172,16 +159,3 @@ def test_a_huge_file_is_refused_by_its_size_before_it_is_read(tmp_path):
         handle.truncate(8 << 30)
     with pytest.raises(PackError, match="8192.0 MiB, over the"):
         pack_submission(folder)
-
-
-def remove_chain(root: Path) -> None:
-    """Remove a folder chain too deep for shutil.rmtree (it recurses), deepest level first; so
-    that pytest's own clean-up of old temporary folders never meets it."""
-    levels = [root]
-    while (levels[-1] / "d").is_dir():
-        levels.append(levels[-1] / "d")
-    for folder in reversed(levels):
-        for item in folder.iterdir():
-            if not item.is_dir() or item.is_symlink():
-                item.unlink()
-        folder.rmdir()

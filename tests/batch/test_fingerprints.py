@@ -190,20 +190,11 @@ def test_the_grader_hash_covers_code_templates_and_schemas_only(tmp_path):
 
 
 def test_a_submission_nested_a_thousand_deep_or_with_a_huge_file_is_hashed_all_the_same(
-        tmp_path):
+        tmp_path, folder_chain):
     # The batch fingerprints each submission before anything checks it: a folder 999 deep
     # (rglob recursed into a RecursionError) or a sparse 8 GiB file (read whole) stopped it.
-    deep = tmp_path / "deep"
-    deep.mkdir()
-    folder = deep
-    for _ in range(999):  # one level at a time (mkdir(parents=True) recurses)
-        folder = folder / "d"
-        folder.mkdir()
-    (folder / "toy.py").write_text("x = 1\n")
-    try:
-        assert len(tree_hash(deep)) == 64
-    finally:
-        remove_chain(deep)
+    deep = folder_chain(tmp_path / "deep", 999)
+    assert len(tree_hash(deep)) == 64
     sparse = tmp_path / "sparse"
     sparse.mkdir()
     with open(sparse / "big.bin", "wb") as handle:
@@ -212,16 +203,3 @@ def test_a_submission_nested_a_thousand_deep_or_with_a_huge_file_is_hashed_all_t
     with open(sparse / "big.bin", "r+b") as handle:  # a change within the hashed part shows
         handle.write(b"x")
     assert tree_hash(sparse) != first
-
-
-def remove_chain(root: Path) -> None:
-    """Remove a folder chain too deep for shutil.rmtree (it recurses), deepest level first; so
-    that pytest's own clean-up of old temporary folders never meets it."""
-    levels = [root]
-    while (levels[-1] / "d").is_dir():
-        levels.append(levels[-1] / "d")
-    for folder in reversed(levels):
-        for item in folder.iterdir():
-            if not item.is_dir() or item.is_symlink():
-                item.unlink()
-        folder.rmdir()
