@@ -85,7 +85,11 @@ def test_wrap_given_ids(student):
     gpus = student.simulated()
     rng = drawn()
     # Two GPUs at least: with one, DataParallel itself moves the model and gathers there.
-    ids = rng.sample(range(gpus.gpus), rng.randint(2, gpus.gpus))
+    # Never every GPU in order: that is what ignoring device_ids gives.
+    everything = list(range(gpus.gpus))
+    ids = everything
+    while ids == everything:
+        ids = rng.sample(everything, rng.randint(2, gpus.gpus))
     model = seeded(probes.PlainMLP, rng.randrange(1 << 30))
     x = torch.randn(rng.randint(2, 9), 4)
     out = gpus.wrap_data_parallel(model, ids)
