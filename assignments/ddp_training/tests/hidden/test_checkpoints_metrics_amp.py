@@ -189,7 +189,9 @@ def test_evaluate_counts_each_sample_once(student):
 # ----------------------------------------------------------------------------- amp_train_step
 
 
-def expected_amp(model, batches, lr, max_norm, init_scale):
+def expected_amp(model, batches, lr, max_norm, init_scale, autocast=True, unscale_first=True):
+    """The losses and final state of amp_train_step's steps; `autocast=False` and
+    `unscale_first=False` give those of two classic mistakes instead."""
     model = copy.deepcopy(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = None
@@ -198,7 +200,7 @@ def expected_amp(model, batches, lr, max_norm, init_scale):
     losses = []
     for x, y in batches:
         optimizer.zero_grad()
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
             loss = probes.mse(model(x), y)
         if scaler is None:
             loss.backward()
@@ -206,37 +208,62 @@ def expected_amp(model, batches, lr, max_norm, init_scale):
             optimizer.step()
         else:
             scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
+            if unscale_first:
+                scaler.unscale_(optimizer)
             nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            scaler.step(optimizer)
+            scaler.step(optimizer)  # unscales here unless unscale_ came first
             scaler.update()
         losses.append(loss.item())
     return losses, model.state_dict()
 
 
+def same_loss(got: float, want: float) -> bool:
+    # The same operations in the same build give the same bits; bfloat16 moves the loss by
+    # about 1e-3 of itself, float32 noise by far less than 1e-5.
+    return abs(got - want) <= 1e-5 * max(1, want)
+
+
+def same_state(got: dict, want: dict, name: str) -> bool:
+    return close(got[name], want[name], atol=2e-3)
+
+
+def passes_for(result, expected) -> bool:
+    """Whether check_amp takes `result` (losses, state) for `expected`."""
+    (losses, state), (want_losses, want_state) = result, expected
+    return all(map(same_loss, losses, want_losses)) and all(
+        same_state(state, want_state, name) for name in want_state)
+
+
 def amp_case(scaled: bool):
     rng = drawn()
-    torch.manual_seed(rng.randrange(1 << 30))
-    model = probes.PlainMLP(d_in=8, hidden=16)
-    # Targets of the outputs' scale: with larger ones the loss hides bfloat16's rounding (a
-    # forward without autocast then matched within 1e-4 one time in seven).
-    batches = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(rng.randint(2, 4))]
-    init_scale = float(2 ** rng.randint(4, 12)) if scaled else None
-    return model, batches, rng.choice([0.05, 0.1]), rng.uniform(0.05, 0.2), init_scale
+    while True:
+        torch.manual_seed(rng.randrange(1 << 30))
+        model = probes.PlainMLP(d_in=8, hidden=16)
+        # Targets of the outputs' scale: with larger ones the loss hides bfloat16's rounding (a
+        # forward without autocast then matched within 1e-4 one time in seven).
+        batches = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(rng.randint(2, 4))]
+        init_scale = float(2 ** rng.randint(4, 12)) if scaled else None
+        case = (model, batches, rng.choice([0.05, 0.1]), rng.uniform(0.05, 0.2), init_scale)
+        # Never a draw that a forward without autocast, or clipping before unscale_, also
+        # passes: each matched the losses and weights about once in 10,000 draws.
+        expected = expected_amp(*case)
+        mistakes = [expected_amp(*case, autocast=False)]
+        if scaled:
+            mistakes.append(expected_amp(*case, unscale_first=False))
+        if not any(passes_for(wrong, expected) for wrong in mistakes):
+            return case
 
 
 def check_amp(report, model, batches, lr, max_norm, init_scale) -> None:
     losses, state = expected_amp(model, batches, lr, max_norm, init_scale)
     for step, (got, want) in enumerate(zip(report["losses"], losses, strict=False)):
         error_of(got, f"amp_train_step, step {step}")
-        # The same operations in the same build give the same bits; bfloat16 moves the loss by
-        # about 1e-3 of itself, float32 noise by far less than 1e-5.
-        assert type(got["value"]) is float and abs(got["value"] - want) <= 1e-5 * max(1, want), (
+        assert type(got["value"]) is float and same_loss(got["value"], want), (
             f"step {step}: loss {got['value']!r}, expected {want:.5f} (computed under "
             "torch.autocast with bfloat16)")
     assert len(report["losses"]) == len(losses)
-    for name, want in state.items():
-        assert close(report["state"][name], want, atol=2e-3), (
+    for name in state:
+        assert same_state(report["state"], state, name), (
             f"after {len(losses)} steps {name!r} differs from steps with the gradients' norm "
             f"clipped to {max_norm:.3f}" + (" after unscale_" if init_scale else ""))
 
