@@ -20,7 +20,8 @@ BASE = drawn().randrange(1 << 40)  # drawn for each grading; tests add their own
 def values_for(world_size: int) -> list[float]:
     """One value per rank, drawn here: only ranks that really meet can report their sum."""
     rng = drawn()
-    return [float(rng.randint(1, 1000)) for _ in range(world_size)]
+    # Distinct: with equal values, each rank's own value times the world size is the sum.
+    return [float(v) for v in rng.sample(range(1, 1001), world_size)]
 
 
 def rank_batches(data, world_size: int, global_batch: int = GLOBAL_BATCH,
