@@ -19,7 +19,8 @@ import probes
 
 def values_for(world_size: int) -> list[float]:
     rng = drawn()
-    return [float(rng.randint(1, 1000)) for _ in range(world_size)]
+    # Distinct: with equal values, each rank's own value times the world size is the sum.
+    return [float(v) for v in rng.sample(range(1, 1001), world_size)]
 
 
 def close(a, b, atol: float = 1e-5) -> bool:
