@@ -161,8 +161,11 @@ def test_syncbn_statistics_across_ranks(student):
             assert torch.allclose(report["state"][name].double(),
                                   reference.state_dict()[name], atol=1e-5), (
                 f"rank {rank}: {name} must be updated from the statistics of every rank's batch")
+        # 1e-4: fc1.bias's gradient is 0 in exact arithmetic (the BatchNorm takes the mean away),
+        # so float32 leaves rounding noise divided by the batch's spread: up to 6e-6 in 20,000
+        # draws, past 1e-5 a few times in 100,000.
         for name, param in reference.named_parameters():
-            assert torch.allclose(report["grads"][name].double(), param.grad, atol=1e-5), (
+            assert torch.allclose(report["grads"][name].double(), param.grad, atol=1e-4), (
                 f"rank {rank}: the gradient of {name!r} must be that of the whole global batch")
 
 
