@@ -8,20 +8,28 @@ the parent as a JSON line. It runs only in trusted processes.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import random
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autograder.grading.job import VISIBILITIES, Job, TestSpec
+from autograder.grading.runner_events import (
+    Calibration,
+    Collected,
+    Error,
+    Event,
+    Hung,
+    Result,
+    SandboxStarted,
+    Start,
+)
 from autograder.project import budgets
 from autograder.project.config import SandboxLimits
 from autograder.sandbox.client import (
@@ -287,7 +295,7 @@ def _head(exc: BaseException) -> str:
 
 
 class GradingPlugin:
-    def __init__(self, job: Job, emit: Callable[[dict], None],
+    def __init__(self, job: Job, emit: Callable[[Event], None],
                  zygotes: ZygoteSource | None = None) -> None:
         self.job, self.emit = job, emit
         self.limits = SandboxLimits(**job.limits)
@@ -299,11 +307,11 @@ class GradingPlugin:
         if job.timings and job.budget_factor > 0:
             measured = job.machine_calibration or budgets.calibration_seconds()
             self.machine_factor = budgets.machine_factor(job.timings_calibration, measured)
-            emit({"event": "calibration", "seconds": measured, "factor": self.machine_factor})
+            emit(Calibration(seconds=measured, factor=self.machine_factor))
         # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
         self.simulated_gpus = random.SystemRandom().randint(2, 4)
         # Every sandbox process is announced to the parent, which kills what is left.
-        starts = Starts(zygotes, on_start=lambda pid: emit({"event": "sandbox", "pid": pid}))
+        starts = Starts(zygotes, on_start=lambda pid: emit(SandboxStarted(pid=pid)))
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
                                    Path(job.output_dir) / f"sandbox-{os.getpid()}.log",
@@ -321,7 +329,7 @@ class GradingPlugin:
             return
         self.hung[function] = first = {"seconds": round(seconds, 1), "test": spec.name,
                                        "nodeid": spec.nodeid}
-        self.emit({"event": "hung", "function": function, **first})
+        self.emit(Hung(function=function, **first))
 
     def budget(self, spec: TestSpec) -> float:
         """This test's time budget: calibrated from the reference when its time is known."""
@@ -341,8 +349,8 @@ class GradingPlugin:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.emit({"event": "error", "message": f"the hidden tests could not be collected: "
-                                                    f"{report.nodeid}: {report.longreprtext}"})
+            self.emit(Error(message=f"the hidden tests could not be collected: "
+                                    f"{report.nodeid}: {report.longreprtext}"))
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
@@ -365,10 +373,9 @@ class GradingPlugin:
             total = weights[spec.function]
             spec.points = self.job.functions[spec.function] * spec.points / total if total else 0.0
         if problems:
-            self.emit({"event": "error", "message": "invalid hidden tests:\n  - "
-                                                    + "\n  - ".join(problems)})
+            self.emit(Error(message="invalid hidden tests:\n  - " + "\n  - ".join(problems)))
             raise pytest.UsageError("invalid hidden tests")
-        self.emit({"event": "collected", "tests": [asdict(s) for s in self.specs.values()]})
+        self.emit(Collected(tests=list(self.specs.values())))
         skip = set(self.job.skip)
         items[:] = [i for i in items if i.nodeid not in skip]
         if not self.job.tracebacks:
@@ -430,14 +437,14 @@ class GradingPlugin:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         self._rank_dirs: list[Path] = []
-        self.emit({"event": "start", "nodeid": item.nodeid})
+        self.emit(Start(nodeid=item.nodeid))
         started = time.monotonic()
         yield
         result = self.outcomes.get(item.nodeid) or {
             "status": "failed", "message": "the test ended without an outcome"}
         output, cut = self._take_output()
-        self.emit({"event": "result", "nodeid": item.nodeid, **result, "output": output,
-                   "output_cut": cut, "duration": round(time.monotonic() - started, 3)})
+        self.emit(Result(nodeid=item.nodeid, **result, output=output, output_cut=cut,
+                         duration=round(time.monotonic() - started, 3)))
 
     def _take_output(self) -> tuple[str, bool]:
         output, cut = ("", False) if self.sandbox is None else self.sandbox.take_output()
@@ -466,7 +473,7 @@ def _cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def write_line(fd: int) -> Callable[[dict], None]:
-    def emit(message: dict) -> None:
-        os.write(fd, (json.dumps(message) + "\n").encode())
+def write_line(fd: int) -> Callable[[Event], None]:
+    def emit(event: Event) -> None:
+        os.write(fd, (event.to_json() + "\n").encode())
     return emit

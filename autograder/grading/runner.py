@@ -18,6 +18,7 @@ import pytest
 
 from autograder.grading.job import Job
 from autograder.grading.pytest_plugin import GradingPlugin, write_line
+from autograder.grading.runner_events import Done, Environment
 from autograder.sandbox.client import ZygoteSource
 from autograder.sandbox.isolation import detect
 
@@ -58,7 +59,7 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     torch.set_num_threads(1)  # little math here; each thread would take address space too
     limit_memory()
     emit = write_line(results_fd)
-    emit({"event": "environment", "environment": environment()})
+    emit(Environment(environment=environment()))
     sys.path.insert(0, job.assignment_dir)  # hidden tests import the assignment's probes.py
     ini = Path(job.output_dir) / "pytest.ini"
     ini.write_text("[pytest]\n")  # ignore any project or submission configuration
@@ -71,7 +72,7 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     if not job.tracebacks:  # only an instructor keeping the work folder reads runner.log
         args.append("--tb=line")
     code = pytest.main(args, plugins=[GradingPlugin(job, emit, zygotes)])
-    emit({"event": "done", "exit_code": int(code)})
+    emit(Done(exit_code=int(code)))
     return 0
 
 

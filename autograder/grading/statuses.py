@@ -3,7 +3,8 @@
 - `TestOutcome`: what the runner says of one hidden test;
 - `ReportStatus`: what a report says of one graded item (a question or a test);
 - `SubmissionState`: what a TA's gradebook says of a whole submission;
-- `RunnerEvent`: the kinds of event a runner streams to the parent, one JSON line each.
+- `RunnerEvent`: the kinds of event a runner streams to the parent, one JSON line each (each
+  kind's record, its fields typed, is in autograder.grading.runner_events).
 
 Each comes with the tuple of its values (`get_args`), which the code that reads them from JSON
 checks against.

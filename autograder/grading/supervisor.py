@@ -21,9 +21,21 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograder.grading.fork_channel import ForkedChild, RunnerServer
-from autograder.grading.job import Job
+from autograder.grading.job import Job, TestSpec
 from autograder.grading.results import CodingOutcome
-from autograder.grading.statuses import RUNNER_EVENTS, TEST_OUTCOMES
+from autograder.grading.runner_events import (
+    Calibration,
+    Collected,
+    Done,
+    Environment,
+    Error,
+    Hung,
+    MalformedEvent,
+    Result,
+    SandboxStarted,
+    Start,
+    parse,
+)
 from autograder.grading.submission import SubmissionFiles
 from autograder.project import budgets
 from autograder.project.assignment import Assignment
@@ -104,14 +116,14 @@ def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
               limits=asdict(config.limits), collect_only=True)
     supervisor = _Supervisor(job, time.monotonic() + 300)
     supervisor.run()
-    return supervisor.specs or []
+    return [asdict(spec) for spec in supervisor.specs or []]
 
 
 class _Supervisor:
     def __init__(self, job: Job, deadline: float, runners: RunnerServer | None = None) -> None:
         self.job, self.deadline, self.runners = job, deadline, runners
-        self.specs: list[dict] | None = None
-        self.results: dict[str, dict] = {}
+        self.specs: list[TestSpec] | None = None
+        self.results: dict[str, Result] = {}
         self.warnings: list[str] = []
         self.sandbox_pids: dict[int, str | None] = {}  # host pid -> its start time
         self.sandbox_uids: set[int] = set()
@@ -165,17 +177,15 @@ class _Supervisor:
         if uid is not None and UID_RANGE[0] <= uid <= UID_RANGE[1] and os.geteuid() == 0:
             self.sandbox_uids.add(uid)
 
-    def _outcome(self, spec: dict) -> CodingOutcome:
-        result = self.results.get(spec["nodeid"]) or {
-            "status": "failed", "message": "this test did not run: grading was stopped by the "
-                                           "submission's time limit or repeated crashes"}
+    def _outcome(self, spec: TestSpec) -> CodingOutcome:
+        # (a status outside the vocabulary never gets here: parse refuses the whole event)
+        result = self.results.get(spec.nodeid) or Result(
+            spec.nodeid, "failed", "this test did not run: grading was stopped by the "
+                                   "submission's time limit or repeated crashes")
         return CodingOutcome(
-            nodeid=spec["nodeid"], name=spec["name"], function=spec["function"],
-            points=spec["points"], visibility=spec["visibility"], gpu=spec["gpu"],
-            # an outcome the vocabulary lacks is the grader's fault, never the student's
-            status=result["status"] if result["status"] in TEST_OUTCOMES else "grader_error",
-            message=result["message"],
-            output=result.get("output", ""), output_cut=result.get("output_cut", False))
+            nodeid=spec.nodeid, name=spec.name, function=spec.function, points=spec.points,
+            visibility=spec.visibility, gpu=spec.gpu, status=result.status,
+            message=result.message, output=result.output, output_cut=result.output_cut)
 
     def _run_once(self) -> bool:
         """One runner process; True when it finished the suite."""
@@ -195,9 +205,9 @@ class _Supervisor:
                 if left <= 0:
                     self.warnings.append("grading stopped at the submission's time limit")
                     if current:
-                        self.results[current] = {
-                            "status": "failed",
-                            "message": "the submission's total time limit ran out during this test"}
+                        self.results[current] = Result(
+                            current, "failed",
+                            "the submission's total time limit ran out during this test")
                     return True
                 if not select.select([read_fd], [], [], min(left, 1.0))[0]:
                     continue
@@ -213,50 +223,51 @@ class _Supervisor:
                 lines = bytes(buffer[:end]).split(b"\n")
                 del buffer[:end + 1]
                 for line in lines:
-                    event = json.loads(line)
-                    kind = event["event"]
-                    if kind not in RUNNER_EVENTS:  # the runner is ours: a grader bug
-                        raise GradingError(f"the runner sent an unknown event {kind!r}")
-                    if kind == "collected" and self.specs is None:
-                        self.specs = event["tests"]
-                    elif kind == "error":
-                        raise GradingError(event["message"])
-                    elif kind == "environment":
-                        self.environment = event["environment"]
-                    elif kind == "start":
-                        current = event["nodeid"]
-                    elif kind == "sandbox":
-                        self._record_sandbox(int(event["pid"]))
-                    elif kind == "result":
-                        self.results[event["nodeid"]] = event
-                        # Times of passed tests only (a GPU test left out here took 0 s).
-                        if event.get("status") == "passed" and \
-                                type(event.get("duration")) in (int, float):
-                            self.durations[event["nodeid"]] = float(event["duration"])
-                        current = None
-                    elif kind == "hung":  # later runners of this grading know it too
-                        self.job.hung.setdefault(str(event["function"]), {
-                            "seconds": float(event["seconds"]), "test": str(event["test"]),
-                            "nodeid": str(event["nodeid"])})
-                    elif kind == "calibration":
-                        self.job.machine_calibration = float(event["seconds"])
-                        self.budgets = {
-                            "machine_factor": round(float(event["factor"]), 2),
-                            "calibration_seconds": round(float(event["seconds"]), 3),
-                            "k": self.job.budget_factor, "floor_seconds": self.job.budget_floor}
-                    elif kind == "done":
-                        finished = True
+                    try:
+                        event = parse(line)
+                    except MalformedEvent as exc:  # the runner is ours: a grader bug
+                        raise GradingError(str(exc)) from None
+                    match event:
+                        case Collected(tests=tests):
+                            if self.specs is None:  # a later runner collects the same tests
+                                self.specs = tests
+                        case Error(message=message):
+                            raise GradingError(message)
+                        case Environment(environment=environment):
+                            self.environment = environment
+                        case Start(nodeid=nodeid):
+                            current = nodeid
+                        case SandboxStarted(pid=pid):
+                            self._record_sandbox(pid)
+                        case Result(nodeid=nodeid, status=status, duration=duration):
+                            self.results[nodeid] = event
+                            # Times of passed tests only (a GPU test left out here took 0 s).
+                            if status == "passed":
+                                self.durations[nodeid] = duration
+                            current = None
+                        case Hung(function=function):  # later runners of this grading know it
+                            self.job.hung.setdefault(function, {
+                                "seconds": event.seconds, "test": event.test,
+                                "nodeid": event.nodeid})
+                        case Calibration(seconds=seconds, factor=factor):
+                            self.job.machine_calibration = seconds
+                            self.budgets = {
+                                "machine_factor": round(factor, 2),
+                                "calibration_seconds": round(seconds, 3),
+                                "k": self.job.budget_factor,
+                                "floor_seconds": self.job.budget_floor}
+                        case Done():
+                            finished = True
         finally:
             os.close(read_fd)
             kill_group(runner.pid)
             runner.wait()
             remove_left_by(runner.pid)
         if not finished and current is not None:
-            self.results[current] = {
-                "status": "failed",
-                "message": f"the grading process was killed during this test "
-                           f"({ended_text(runner.returncode)}); did your code kill its parent "
-                           f"process?"}
+            self.results[current] = Result(
+                current, "failed",
+                f"the grading process was killed during this test "
+                f"({ended_text(runner.returncode)}); did your code kill its parent process?")
         return finished
 
 
