@@ -11,7 +11,9 @@ Each forked runner also gets a channel back to the server for its sandbox zygote
 forks one per request, and the fork enters the submission's cgroup, limits, namespaces and uid
 (`_become_zygote`), so sandboxes skip the interpreter and torch start-up too.
 
-Our side of it (`RunnerServer`, `ForkChannel`, `WarmZygotes`) is autograder.grading.fork_channel.
+The loop itself (wait, fork per request, report each child's pid and end to the socket that
+asked) is autograder.sandbox_runtime.fork_server, the one a sandbox zygote runs too. Our side of
+it (`RunnerServer`, `ForkChannel`, `WarmZygotes`) is autograder.grading.fork_channel.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import ctypes
 import gc
 import json
 import os
-import select
 import signal
 import socket
 import sys
+
+from autograder.sandbox_runtime import fork_server
 
 
 def serve(control_fd: int) -> None:
@@ -33,9 +36,8 @@ def serve(control_fd: int) -> None:
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
-    from autograder.grading.fork_channel import WarmZygotes
-    from autograder.grading.job import Job
-    from autograder.grading.runner import run
+    # What every forked runner uses (see _become_runner), imported once, here.
+    from autograder.grading import fork_channel, job, runner  # noqa: F401
     from autograder.project import budgets
     from autograder.sandbox import client as sandbox  # noqa: F401
     from autograder.sandbox.isolation import detect
@@ -52,109 +54,63 @@ def serve(control_fd: int) -> None:
     # zygote (fewer pages copied on write, cheaper collections).
     gc.collect()
     gc.freeze()
-    control = socket.socket(fileno=control_fd)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    runners: set[int] = set()
-    channels: dict[socket.socket, set[int]] = {}  # a runner's zygote channel -> its zygotes
-    while True:
-        ready = select.select([control, wake_r, *channels], [], [])[0]
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-        _reap(runners, channels, control)
-        for channel in [c for c in ready if c in channels]:
-            try:
-                message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 2)
-            except OSError:
-                message, fds = b"", []
-            if not message:  # that runner is gone; its zygotes end when their socket closes
-                del channels[channel]
-                channel.close()
-                continue
-            try:
-                pid = os.fork()
-            except OSError:
-                pid = -1  # the runner hears nothing, gives up and starts its zygote cold
-            if pid == 0:
-                _become_zygote(json.loads(message), fds)
-            for fd in fds:
-                os.close(fd)
-            if pid > 0:
-                channels[channel].add(pid)
-                try:
-                    channel.send(json.dumps({"spawned": pid}).encode())
-                except OSError:
-                    pass  # the runner died meanwhile; the zygote ends on its own
-        if control not in ready:
-            continue
-        message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
-        if not message:
-            os._exit(0)  # the batch worker is gone
+    server = fork_server.ForkServer()
+
+    def zygote_for(message: bytes, fds: list[int]) -> fork_server.Child:
+        # Read in the child: a request that is not JSON ends that fork, not the server.
+        return fork_server.Child(lambda: _become_zygote(message, fds))
+
+    def runner_for(message: bytes, fds: list[int]) -> fork_server.Child:
+        # The new runner's channel for its zygotes, served here from now on. A zygote that
+        # cannot be forked is not answered: the runner gives up and starts it cold. When the
+        # runner is gone, its channel is forgotten; its zygotes end when their socket closes.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setsid()
-                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with us
-                for fd in (control.detach(), wake_r, wake_w, ours.detach(),
-                           *(c.detach() for c in channels)):
-                    os.close(fd)
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                results_fd, log_fd = fds
-                job = Job(**json.loads(message))
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
-                os.close(log_fd)
-                os.chdir(job.output_dir)
-                ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as runner.main
-                os.umask(0o077)
-                code = run(job, results_fd, zygotes=WarmZygotes(theirs))
-                sys.stdout.flush()  # pytest's summary, for runner.log
-                sys.stderr.flush()
-                os._exit(code)
-            except BaseException:  # noqa: BLE001
-                import traceback
+        server.listen(ours, size=1 << 20, fds=2, on_request=zygote_for,
+                      fork_errors_fatal=False)
+        channel = theirs.detach()
+        return fork_server.Child(lambda: _become_runner(message, fds, channel), [channel])
 
-                traceback.print_exc()
-                os._exit(70)
-        for fd in fds:
-            os.close(fd)
-        theirs.close()
-        channels[ours] = set()
-        runners.add(pid)
-        control.send(json.dumps({"spawned": pid}).encode())
+    # A runner that cannot be forked ends the server (fork_errors_fatal): the batch worker
+    # sees it gone and starts runners cold. The batch worker gone, the server exits, and its
+    # runners die with it (PDEATHSIG).
+    server.listen(socket.socket(fileno=control_fd), size=1 << 20, fds=2, on_request=runner_for,
+                  on_hangup=lambda: os._exit(0))
+    server.serve_forever()
 
 
-def _reap(runners: set[int], channels: dict[socket.socket, set[int]],
-          control: socket.socket) -> None:
-    """Report every child that ended to whoever asked for it."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        message = json.dumps({"exited": pid, "status": status}).encode()
-        if pid in runners:
-            runners.discard(pid)
-            control.send(message)
-            continue
-        for channel, zygotes in channels.items():
-            if pid in zygotes:
-                zygotes.discard(pid)
-                try:
-                    channel.send(message)
-                except OSError:
-                    pass
+def _become_runner(message: bytes, fds: list[int], zygotes_fd: int) -> None:
+    """In a fresh fork of the server (its descriptors already closed): become the runner, as
+    `python -I -m autograder.grading.runner` would be."""
+    try:
+        from autograder.grading.fork_channel import WarmZygotes
+        from autograder.grading.job import Job
+        from autograder.grading.runner import run
+
+        os.setsid()
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with us
+        results_fd, log_fd = fds
+        job = Job(**json.loads(message))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.chdir(job.output_dir)
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as runner.main
+        os.umask(0o077)
+        zygotes = WarmZygotes(socket.socket(fileno=zygotes_fd))
+        code = run(job, results_fd, zygotes=zygotes)
+        sys.stdout.flush()  # pytest's summary, for runner.log
+        sys.stderr.flush()
+        os._exit(code)
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        os._exit(70)
 
 
-def _become_zygote(request: dict, fds: list[int]) -> None:
+def _become_zygote(message: bytes, fds: list[int]) -> None:
     """In a fresh fork of the server: enter one submission's sandbox and serve as its zygote.
 
     Exactly what `python -c <launcher> ... -- python -c <boot> zygote FD` does, minus the two
@@ -167,6 +123,7 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         from autograder.sandbox.folder import RUNTIME_PACKAGE
         from autograder.sandbox_runtime import worker
 
+        request = json.loads(message)
         control_fd, out_fd = fds
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
@@ -175,11 +132,9 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         for fd in map(int, os.listdir("/proc/self/fd")):
             if fd > 2 and fd != control_fd:
                 try:
-                    os.close(fd)  # the server's sockets and every other runner's channel
+                    os.close(fd)  # whatever else the server held (its sockets are closed)
                 except OSError:
                     pass
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         sandbox.enter_limits(request["rlimits"], request["cgroup_procs"])
         spec = request["spec"]
         os.chdir(spec["cwd"])
@@ -195,7 +150,7 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
         from autograder.sandbox_runtime import codec, simulated_cuda, wire
 
         sys.modules[RUNTIME_PACKAGE] = sandbox_runtime
-        for module in (codec, simulated_cuda, wire, worker):
+        for module in (codec, fork_server, simulated_cuda, wire, worker):
             sys.modules[f"{RUNTIME_PACKAGE}.{module.__name__.rsplit('.', 1)[1]}"] = module
         sys.argv[:] = ["sandbox"]
         worker.main(["zygote", str(control_fd)])

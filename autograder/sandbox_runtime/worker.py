@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import codec, wire
+from . import codec, fork_server, wire
 
 # Lines the trusted side picks out of the zygote's log (see autograder.grading.submission_status).
 EVENT_MARK = "autograder-sandbox-event "
@@ -39,11 +39,10 @@ def zygote(control_fd: int) -> None:
     """Import torch once, then fork a fresh worker per request (never importing student code).
 
     Requests arrive on a SOCK_SEQPACKET socket with three descriptors (request pipe, reply pipe,
-    output file); each child's pid is sent back when forked and its wait status when it ends.
+    output file); each child's pid is sent back when forked and its wait status when it ends
+    (fork_server.ForkServer).
     """
     import ctypes
-    import select
-    import signal
     import socket
 
     # Not dumpable, before anything else runs here: no worker (same uid) may ptrace its zygote,
@@ -61,45 +60,24 @@ def zygote(control_fd: int) -> None:
 
     # Threads before a fork can deadlock the child: keep torch single-threaded, do no math here.
     torch.set_num_threads(1)
-    control = socket.socket(fileno=control_fd)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: set[int] = set()
-    while True:
-        ready = select.select([control, wake_r], [], [])[0]
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                children.discard(pid)
-                control.send(json.dumps({"exited": pid, "status": status}).encode())
-        if control not in ready:
-            continue
-        message, fds, _, _ = socket.recv_fds(control, 4096, 3)
-        if not message:
-            os._exit(0)  # the runner is gone; children die with us (PDEATHSIG)
+
+    def worker_for(message: bytes, fds: list[int]) -> fork_server.Child:
         spec = json.loads(message)
-        pid = os.fork()
-        if pid == 0:
-            _become_worker(spec, fds, control, wake_r, wake_w)
-        for fd in fds:
-            os.close(fd)
-        children.add(pid)
-        control.send(json.dumps({"spawned": pid}).encode())
+        return fork_server.Child(lambda: _become_worker(spec, fds))
+
+    server = fork_server.ForkServer()
+    # The runner gone: exit, and the workers die with us (PDEATHSIG).
+    server.listen(socket.socket(fileno=control_fd), size=4096, fds=3, on_request=worker_for,
+                  on_hangup=lambda: os._exit(0))
+    server.serve_forever()
 
 
-def _become_worker(spec: dict, fds: list[int], *inherited: Any) -> None:
+def _become_worker(spec: dict, fds: list[int]) -> None:
+    """In a fresh fork of the zygote (the fork server's descriptors already closed)."""
     import ctypes
     import signal
 
     try:
-        for thing in inherited:
-            os.close(thing if isinstance(thing, int) else thing.detach())
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()  # its own process group, killed as a whole
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with the zygote
         request_fd, reply_fd, output_fd = fds
