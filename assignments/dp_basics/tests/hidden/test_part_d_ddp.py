@@ -5,6 +5,7 @@ single-process full-batch training computed here.
 """
 
 import copy
+import socket
 
 import pytest
 import torch
@@ -572,9 +573,24 @@ def test_train_step_real_gpu(student):
 # ----------------------------------------------------------------------------- cleanup
 
 
+def unused_port() -> int:
+    """A port for the second rendezvous, below Linux's ephemeral range (32768 and up), so no
+    connection of the first group can hold it, and free here (in `uid` isolation the ranks
+    share this machine's loopback)."""
+    rng = drawn()
+    while True:
+        port = rng.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+
+
 def cleanup_run(student, world_size: int) -> list[dict]:
     values = values_for(world_size)
-    second_port = drawn().randint(20000, 60000)
+    second_port = unused_port()
     reports = student.run_ranks(probes.cleanup_ranks, world_size, second_port, per_rank=values)
     for rank, report in enumerate(reports):
         assert "error" not in report["cleanup"], (
