@@ -115,9 +115,9 @@ def main() -> int:
     n = len(list(full.iterdir()))
     ray = batch_ray._import_ray()
     started = time.perf_counter()
-    batch_ray.start_local(ray, args.jobs, include_dashboard=False, log_to_driver=False,
-                          logging_level="ERROR")
-    batch_ray.check_loopback_only(ray)
+    # Loopback only and a token required: start_local checks both.
+    instance = batch_ray.start_local(ray, args.jobs, include_dashboard=False,
+                                     log_to_driver=False, logging_level="ERROR")
     print(f"local Ray instance started in {time.perf_counter() - started:.1f} s", flush=True)
     marginals: dict[str, list[float]] = {"local": [], "ray": []}
     listening = Listening()
@@ -145,7 +145,7 @@ def main() -> int:
                 print(f"MISMATCH between local and Ray: {', '.join(bad)}")
                 return 1
     finally:
-        ray.shutdown()
+        instance.stop(ray)
     local, on_ray = (statistics.median(marginals[k]) for k in ("local", "ray"))
     print(f"\n{n} submissions ({args.copies} copies of reference, blank, partial), --jobs "
           f"{args.jobs}, median of {args.rounds} round(s); load average now "

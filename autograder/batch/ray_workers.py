@@ -14,10 +14,11 @@ Warm workers on a Ray cluster that shares no file system with the batch:
   fresh sandbox zygotes per submission. An actor that dies (killed for memory, its node lost)
   is replaced and its submission retried once; a second death makes it an error outcome.
 - **Safe defaults.** Without `address` a private local instance is started that listens on
-  loopback only (checked from /proc before anything is sent: it is shut down otherwise), with
-  no dashboard and no usage stats, and shut down afterwards. An address (`"auto"`,
-  `"HOST:6379"`, `"ray://HOST:10001"`) joins that cluster, which is left running; how it is
-  exposed is its administrator's choice (see docs/RAY.md). A Ray instance already initialised
+  loopback only (checked from /proc before anything is sent: it is shut down otherwise), that
+  requires a fresh per-run token whatever the environment says (checked: a client without it
+  is refused), with no dashboard and no usage stats, and shut down afterwards. An address
+  (`"auto"`, `"HOST:6379"`, `"ray://HOST:10001"`) joins that cluster, which is left running; how
+  it is exposed is its administrator's choice (see docs/RAY.md). A Ray instance already initialised
   in this process is used as it is.
 
 What crosses Ray is plain data (bytes, lists, dicts of str and numbers): student code runs only
@@ -29,7 +30,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
@@ -64,7 +68,7 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
         raise ValueError("one batch grades one assignment")
     bundle = pack_assignment(first.assignment, Path(first.config_path))
     ray = _import_ray()
-    started_here = _connect(ray, address, jobs)  # our instance's private folder, or None
+    started_here = _connect(ray, address, jobs)  # our local instance, or None
     try:
         resources = ray.cluster_resources()
         gpus = gpus_per_task(needs_gpu, resources)
@@ -81,8 +85,7 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
         yield from _collect(ray, tasks, workers, actor, ray.put(bundle), share)
     finally:
         if started_here:
-            ray.shutdown()
-            shutil.rmtree(started_here, ignore_errors=True)
+            started_here.stop(ray)
 
 
 def gpus_per_task(needs_gpu: bool, cluster_resources: dict[str, float]) -> int:
@@ -107,49 +110,146 @@ def _import_ray() -> Any:
     return ray
 
 
-def _connect(ray: Any, address: str | None, jobs: int) -> str | None:
-    """Join the cluster at `address`, or start a local instance; the local instance's private
-    folder when we started one, else None."""
+def _connect(ray: Any, address: str | None, jobs: int) -> LocalInstance | None:
+    """Join the cluster at `address`, or start a local instance; the local instance when we
+    started one, else None."""
     if ray.is_initialized():
         return None
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     if address is not None:
         ray.init(address=address, **quiet)
         return None
-    folder = tempfile.mkdtemp(prefix="agray-")
-    try:
-        start_local(ray, jobs, _temp_dir=folder, **quiet)
-        check_loopback_only(ray)
-    except BaseException:
-        ray.shutdown()  # Ctrl-C while it was starting, or it listens beyond this machine
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return folder
+    return start_local(ray, jobs, **quiet)
 
 
-def start_local(ray: Any, num_cpus: int, **options: Any) -> None:
-    """`ray.init` of a local instance whose processes listen on 127.0.0.1 only.
+# Where Ray (2.5x and later) reads its authentication settings from: this process's
+# environment, which the instance's processes inherit.
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
-    `ray.init(_node_ip_address="127.0.0.1")` is not enough: Ray turns a loopback node address
-    into the machine's routable one, and then its servers (GCS, raylet, workers) listen on all
-    interfaces. It keeps 127.0.0.1, and binds its servers there, when its
+
+@dataclass
+class LocalInstance:
+    """A local instance started by `start_local`: its private folder (session files and the
+    token) and the authentication environment it replaced in this process."""
+
+    folder: str
+    replaced: dict[str, str | None]
+
+    def stop(self, ray: Any) -> None:
+        """Shut the instance down, restore the environment, remove the folder (token too)."""
+        try:
+            ray.shutdown()
+        finally:
+            for name, value in self.replaced.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            _reload_auth_settings()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start_local(ray: Any, num_cpus: int, **options: Any) -> LocalInstance:
+    """`ray.init` of a private local instance that listens on 127.0.0.1 only and requires a
+    fresh token; `LocalInstance.stop` ends it.
+
+    Loopback only: `ray.init(_node_ip_address="127.0.0.1")` is not enough: Ray turns a loopback
+    node address into the machine's routable one, and then its servers (GCS, raylet, workers)
+    listen on all interfaces. It keeps 127.0.0.1, and binds its servers there, when its
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER setting is off (the mode it uses for single-machine
     instances on macOS and Windows); that setting is read when Ray is imported, so it is
     switched off around this call only (joining a cluster needs it on). `check_loopback_only`
     verifies the result whatever Ray's version does.
 
-    Pass a private `_temp_dir` (run_ray does: mkdtemp, 0700): Ray's shared /tmp/ray is writable
-    by every user, and its session files name the ports, so a sandbox in `uid` mode (which
-    shares the host's loopback) could find or disturb the instance there.
+    Private files: the session (ports, sockets, logs) is not in Ray's shared /tmp/ray, which
+    every user may write (a sandbox in `uid` mode, which shares the host's loopback, could find
+    or disturb the instance there), but in `ray/` (`_temp_dir`) inside a fresh 0700 folder.
+    Inside it, not the folder itself: Ray makes its temp dir and session folders 0777
+    (`try_make_directory_shared`), and only the folder above keeps other users out of them.
+
+    A token: loopback keeps other machines out, not other users of this one (sandboxes in
+    `uid` mode), so the instance requires a fresh 256-bit token, in a 0600 file in that folder
+    (`RAY_AUTH_MODE=token`, `RAY_AUTH_TOKEN_PATH`), whatever RAY_AUTH_MODE, RAY_AUTH_TOKEN or
+    ~/.ray/auth_token say; sandboxes never see it (their environment is built from scratch, and
+    the file is the grader's alone). `check_token_required` verifies that a client without it
+    is refused.
     """
-    from ray._private import ray_constants  # a private module: verified after the start
+    folder = tempfile.mkdtemp(prefix="agray-")  # 0700, and Ray leaves it so
+    token_path = os.path.join(folder, "auth_token")
+    descriptor = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as token_file:
+        token_file.write(secrets.token_hex(32))
+    local = LocalInstance(folder, {name: os.environ.get(name) for name in AUTH_VARIABLES})
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would come before the file
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token_path)
+    try:
+        _reload_auth_settings()
+        init_on_loopback(ray, num_cpus=num_cpus, _temp_dir=os.path.join(folder, "ray"),
+                         **options)
+        check_loopback_only(ray)
+        check_token_required(ray)
+    except BaseException:
+        local.stop(ray)  # Ctrl-C while it was starting, or it is open to others
+        raise
+    return local
+
+
+def init_on_loopback(ray: Any, **options: Any) -> None:
+    """`ray.init(**options)` of a local instance in Ray's single-machine mode (see start_local)."""
+    from ray._private import ray_constants  # a private module: check_loopback_only verifies
 
     before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        ray.init(num_cpus=num_cpus, **options)
+        ray.init(**options)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = before
+
+
+def _reload_auth_settings() -> None:
+    """Make this process's Ray read the authentication environment again (it caches it)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+    except ImportError:  # a Ray without token authentication: check_token_required says so
+        return
+    Config.initialize("")  # the mode first, then the token (as Ray's own tests reset them)
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+# A client without the token: it must be refused by the local instance's GCS.
+_NO_TOKEN_CLIENT = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1])
+except Exception as exc:
+    print("refused" if "Auth" in type(exc).__name__ else f"failed {type(exc).__name__}: {exc}")
+else:
+    print("connected")
+"""
+
+
+def check_token_required(ray: Any) -> None:
+    """Raise RuntimeError unless the instance this process runs refuses a client without its
+    token (a Python process with RAY_AUTH_MODE=disabled, no token and no home folder)."""
+    address = ray.get_runtime_context().gcs_address
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RAY_AUTH_MODE": "disabled",
+           "HOME": "/nonexistent", "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        said = subprocess.run([sys.executable, "-I", "-c", _NO_TOKEN_CLIENT, address],
+                              env=env, capture_output=True, text=True, timeout=120).stdout
+    except subprocess.TimeoutExpired:
+        said = "no answer in 120 s"
+    lines = said.strip().splitlines()
+    if lines and lines[-1] == "refused":
+        return
+    problem = ("accepts clients without its token" if lines and lines[-1] == "connected"
+               else f"could not be checked to refuse clients without its token "
+                    f"({lines[-1] if lines else 'the check said nothing'})")
+    raise RuntimeError(f"the local Ray instance {problem}; it was stopped. Sandboxed code "
+                       "may reach this machine's loopback (isolation `uid`), so a local "
+                       "instance must require a token: use a Ray version with token authentication "
+                       "(RAY_AUTH_MODE=token), or `--backend local`")
 
 
 def check_loopback_only(ray: Any) -> None:

@@ -17,6 +17,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -110,20 +111,91 @@ def test_listeners_are_read_from_proc():
             batch_ray.check_loopback_only(ray)
 
 
+def _client(address: str, env: dict[str, str]) -> str:
+    """What a Ray client with `env` (and no home folder) gets from the GCS at `address`."""
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", **env}
+    said = subprocess.run([sys.executable, "-I", "-c", batch_ray._NO_TOKEN_CLIENT, address],
+                          env=env, capture_output=True, text=True, timeout=120).stdout
+    return (said.strip().splitlines() or ["nothing"])[-1]
+
+
+def test_a_local_instance_requires_a_fresh_token_whatever_the_environment_says(monkeypatch):
+    """In `uid` mode sandboxes share this machine's loopback: only the token keeps them from
+    Ray's GCS (a red-team review rewrote the pickled actor class there with authentication
+    off). The TA's environment turning it off, or naming another token, changes nothing."""
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 64)
+    batch_ray._import_ray()
+    local = batch_ray.start_local(ray, 1, include_dashboard=False, log_to_driver=False,
+                                  logging_level="ERROR")
+    try:
+        address = ray.get_runtime_context().gcs_address
+        token_file = Path(local.folder) / "auth_token"
+        token = token_file.read_text()
+        assert len(token) == 64 and token != "0" * 64
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        # Ray makes its own folders 0777: the session is inside ours, which stays 0700.
+        assert Path(local.folder).stat().st_mode & 0o777 == 0o700
+        assert ray.get_runtime_context().get_node_id()  # connected; its session is below ours
+        sessions = list((Path(local.folder) / "ray").glob("session_2*"))
+        assert sessions and all(p.resolve().is_relative_to(local.folder) for p in sessions)
+        # Without the token, or with another one, a client is refused; with it, it gets in.
+        assert _client(address, {"RAY_AUTH_MODE": "disabled"}) == "refused"
+        assert _client(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}) == "refused"
+        assert _client(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}) == "connected"
+        # Command lines are world-readable (/proc/PID/cmdline): the token is on none of them.
+        pids = descendants(os.getpid())
+        assert len(pids) > 2 and not [p for p in pids if token in " ".join(_cmdline(p))]
+        if os.geteuid() == 0:  # another user (a sandbox's uid in `uid` mode) cannot read it
+            other = subprocess.run(["cat", str(token_file)], user=65534, group=65534,
+                                   extra_groups=[], capture_output=True, text=True)
+            assert other.returncode != 0 and "Permission denied" in other.stderr
+    finally:
+        local.stop(ray)
+    assert (os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"]) == ("disabled", "0" * 64)
+    assert "RAY_AUTH_TOKEN_PATH" not in os.environ
+    assert not Path(local.folder).exists()
+
+
+def test_an_instance_without_authentication_is_refused(monkeypatch, tmp_path):
+    """What check_token_required (run by start_local) says of an instance that lets anyone in:
+    one started as the TA's environment asks, authentication off."""
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    batch_ray._import_ray()
+    for name in batch_ray.AUTH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    batch_ray._reload_auth_settings()
+    folder = tempfile.mkdtemp(prefix="agray-")
+    try:
+        batch_ray.init_on_loopback(ray, num_cpus=1, _temp_dir=folder, include_dashboard=False,
+                                   log_to_driver=False, logging_level="ERROR")
+        batch_ray.check_loopback_only(ray)  # open to this machine only, and briefly
+        with pytest.raises(RuntimeError, match="accepts clients without its token.*--backend"):
+            batch_ray.check_token_required(ray)
+    finally:
+        ray.shutdown()
+        monkeypatch.undo()
+        batch_ray._reload_auth_settings()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     batch_ray._import_ray()  # usage stats off, as run_ray does
     for attempt in (1, 2):  # Ray gives its processes 30 s to start: a busy machine may miss it
         try:
-            batch_ray.start_local(ray, 2, num_gpus=2, include_dashboard=False,
-                                  log_to_driver=False, logging_level="ERROR")
+            local = batch_ray.start_local(ray, 2, num_gpus=2, include_dashboard=False,
+                                          log_to_driver=False, logging_level="ERROR")
             break
         except Exception:
-            ray.shutdown()
             if attempt == 2:
                 raise
-    yield
-    ray.shutdown()
+    yield local
+    local.stop(ray)
 
 
 def test_scores_equal_those_of_grade(cluster, tmp_path):
@@ -334,6 +406,7 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     names = {entry.split("=", 1)[0] for entry in observed["environ"].split("\0") if entry}
     assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in names
     assert not [n for n in names if n.startswith("RAY")], names
+    assert (Path(cluster.folder) / "auth_token").read_text() not in observed["environ"]
     assert observed["test_modules"] == []
     assert not observed["hidden_visible"] and not observed["canary_in_memory"]
     assert observed["foreign_processes"] == []
