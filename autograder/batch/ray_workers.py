@@ -13,6 +13,11 @@ Warm workers on a Ray cluster that shares no file system with the batch:
   at most `jobs`, each holding a runner server as local workers do: a fresh forked runner and
   fresh sandbox zygotes per submission. An actor that dies (killed for memory, its node lost)
   is replaced and its submission retried once; a second death makes it an error outcome.
+- **Deadlines.** Nothing waits forever: an actor not set up within START_SECONDS is killed (its
+  submission retried once; when no actor was ever set up, nothing can be scheduled and the rest
+  fails at once, naming what each actor asks for), and a grading running past the
+  submission's own budget (timeouts.submission) plus GRADING_MARGIN is an error outcome, its
+  actor killed and replaced.
 - **Safe defaults.** Without `address` a private local instance is started that listens on
   loopback only (checked from /proc before anything is sent: it is shut down otherwise), that
   requires a fresh per-run token whatever the environment says (checked: a client without it
@@ -45,6 +50,12 @@ from typing import Any
 from autograder.batch.records import GradeOutcome, GradeTask
 
 STOP_SECONDS = 10.0  # how long cancelled gradings get to clean up before their actors are killed
+# On top of a submission's own budget (timeouts.submission, which bounds its hidden tests): its
+# packing, checks, reports and sandbox clean-up. A grading past both is stopped.
+GRADING_MARGIN = 120.0
+# How long an actor may take to start: be scheduled on a node with what it asks for, start its
+# process, unpack the bundle, import torch and start its runner server.
+START_SECONDS = 300.0
 # Actors that die one after another without grading anything: Ray cannot start them on this
 # cluster (the package is missing on the nodes, a node keeps dying); the rest fails at once.
 MAX_DEATHS_IN_A_ROW = 4
@@ -62,6 +73,7 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
         return
     from autograder.batch.bundles import pack_assignment
     from autograder.batch.ray_grader import RayGrader
+    from autograder.project.config import assignment_config
 
     first = tasks[0]
     if any((t.assignment, t.config_path) != (first.assignment, first.config_path) for t in tasks):
@@ -76,13 +88,17 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
         capacity = int(min(resources.get("CPU", 0), resources.get("GPU", 0)) if gpus
                        else resources.get("CPU", 0))
         workers = max(1, min(jobs, len(tasks), capacity or 1))
+        asks = {"CPU": 1, "GPU": gpus} if gpus else {"CPU": 1}
         actor = ray.remote(RayGrader).options(
-            num_cpus=1, num_gpus=gpus,
+            num_cpus=asks["CPU"], num_gpus=gpus,
             # We replace dead actors ourselves, so that a submission is retried once, not
             # re-run on a restarted actor behind our back.
             max_restarts=0, max_task_retries=0)
         share = capacity_per_node(ray, "GPU" if gpus else "CPU")
-        yield from _collect(ray, tasks, workers, actor, ray.put(bundle), share)
+        budget = assignment_config(first.assignment, Path(first.config_path)).submission_timeout
+        deadlines = Deadlines(budget + GRADING_MARGIN, START_SECONDS, asks,
+                              f"timeouts.submission {budget:g} s + {GRADING_MARGIN:g} s")
+        yield from _collect(ray, tasks, workers, actor, ray.put(bundle), share, deadlines)
     finally:
         if started_here:
             started_here.stop(ray)
@@ -266,26 +282,69 @@ def check_loopback_only(ray: Any) -> None:
 @dataclass
 class _Job:
     task: GradeTask
-    attempts: int = 0  # actors that died grading it
+    attempts: int = 0  # actors that died (or never started) with it
     submitted: float = field(default_factory=time.monotonic)
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """How long `_collect` waits for an actor, so that nothing waits forever."""
+
+    grading: float = 3600.0  # seconds one grading may take once its actor is set up
+    start: float = START_SECONDS  # seconds an actor may take to be scheduled and set up
+    asks: dict = field(default_factory=lambda: {"CPU": 1})  # what each actor asks Ray for
+    basis: str = "the batch's limit"  # where `grading` comes from, for messages
+
+
+@dataclass(eq=False)
+class _Actor:
+    handle: Any
+    born: float = field(default_factory=time.monotonic)
+    ready_at: float | None = None  # when it answered `ready` (set up); None until then
+
+
 def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_ref: Any,
-             share: int = 1) -> Iterator[GradeOutcome]:
+             share: int = 1, deadlines: Deadlines | None = None) -> Iterator[GradeOutcome]:
     """Keep `workers` actors of class `actor` busy, one submission each; yield each outcome as
-    it arrives. A dead actor is replaced and its submission retried once."""
+    it arrives. A dead actor is replaced and its submission retried once.
+
+    Every call has a deadline: an actor not set up within `deadlines.start` of its start is
+    killed, and its submission is retried once on a new actor as after a death (when no actor
+    of the batch was ever set up, nothing can be scheduled: the rest fails at once, naming what
+    each actor asks for); a grading still running `deadlines.grading` after both its
+    submission and its actor's set-up is cancelled, its actor killed and replaced, and the
+    submission is an error outcome."""
     from autograder.batch.bundles import PackError, pack_submission
 
+    limits = deadlines or Deadlines()
     waiting = deque(_Job(t) for t in tasks)
-    idle: list[Any] = []
-    busy: dict[Any, tuple[Any, _Job]] = {}  # call ref -> (actor, job)
-    alive: list[Any] = []
+    idle: list[_Actor] = []
+    busy: dict[Any, tuple[_Actor, _Job]] = {}  # call ref -> (actor, job)
+    starting: dict[Any, _Actor] = {}  # ref of a `ready` call -> its actor, not yet set up
+    alive: list[_Actor] = []
     deaths_in_a_row, last_death = 0, ""
+    any_set_up = False
 
     def start_actor() -> None:
-        handle = actor.remote(bundle_ref, share)
-        alive.append(handle)
-        idle.append(handle)
+        new = _Actor(actor.remote(bundle_ref, share))
+        starting[new.handle.ready.remote()] = new
+        alive.append(new)
+        idle.append(new)
+
+    def due(worker: _Actor, job: _Job) -> float:
+        if worker.ready_at is None:
+            return worker.born + limits.start
+        return max(job.submitted, worker.ready_at) + limits.grading
+
+    def stop(worker: _Actor) -> None:
+        """Kill an actor that missed its deadline. Not a cancel first: for a regular actor's
+        running call Ray (2.60) only sets a flag. Its runner server, the runners and their
+        sandboxes die with it (PR_SET_PDEATHSIG, each with its parent)."""
+        with contextlib.suppress(Exception):
+            ray.kill(worker.handle, no_restart=True)
+        alive.remove(worker)
+        for ref in [r for r, w in starting.items() if w is worker]:
+            del starting[ref]
 
     try:
         for _ in range(workers):
@@ -304,21 +363,64 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                     yield GradeOutcome(job.task.key, None, "not sent to Ray: the submission "
                                        f"could not be packed ({type(exc).__name__})", 0.0, "ray")
                     continue
-                handle = idle.pop()
+                worker = idle.pop()
                 job.submitted = time.monotonic()
-                busy[handle.grade.remote(request)] = (handle, job)
+                busy[worker.handle.grade.remote(request)] = (worker, job)
             if not busy:
                 continue
-            [ref], _ = ray.wait(list(busy), num_returns=1)
-            handle, job = busy.pop(ref)
+            next_due = min(due(worker, job) for worker, job in busy.values())
+            done, _ = ray.wait([*busy, *starting], num_returns=1,
+                               timeout=max(0.0, next_due - time.monotonic()))
+            if not done:  # a deadline passed
+                now = time.monotonic()
+                for ref, (worker, job) in list(busy.items()):
+                    if ref not in busy or due(worker, job) > now:
+                        continue
+                    del busy[ref]
+                    if worker.ready_at is not None:  # set up, but its grading went on and on
+                        stop(worker)
+                        yield _failed(job, f"grading on Ray did not finish within "
+                                           f"{limits.grading:g} s ({limits.basis}); its Ray "
+                                           "worker was stopped")
+                        if waiting and len(alive) < workers:
+                            start_actor()
+                        continue
+                    stop(worker)  # never set up: not scheduled, or its node lost
+                    if not any_set_up:  # none ever was: nothing here can be scheduled
+                        reason = _not_started(ray, limits)
+                        for left in [job, *(j for _, j in busy.values()), *waiting]:
+                            yield _failed(left, reason)
+                        waiting.clear()
+                        return
+                    deaths_in_a_row += 1
+                    last_death = f"no Ray worker was set up within {limits.start:g} s"
+                    job.attempts += 1
+                    if job.attempts < 2:
+                        waiting.appendleft(job)
+                    else:
+                        yield _failed(job, f"grading on Ray failed: {last_death}, twice")
+                    if waiting and len(alive) < workers:
+                        start_actor()
+                continue
+            [ref] = done
+            if ref in starting:  # an actor is set up (or died starting: its call says so)
+                worker = starting.pop(ref)
+                with contextlib.suppress(Exception):
+                    ray.get(ref)
+                    worker.ready_at = time.monotonic()
+                    any_set_up = True
+                continue
+            worker, job = busy.pop(ref)
             try:
                 answer = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - this actor; the batch goes on
                 if not _actor_died(exc):
-                    idle.append(handle)
+                    idle.append(worker)
                     yield _failed(job, f"grading on Ray failed: {_describe(exc)}")
                     continue
-                alive.remove(handle)
+                alive.remove(worker)
+                for left in [r for r, w in starting.items() if w is worker]:
+                    del starting[left]
                 deaths_in_a_row += 1
                 last_death = _describe(exc)
                 job.attempts += 1
@@ -339,12 +441,15 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                     start_actor()
                 continue
             deaths_in_a_row = 0
-            idle.append(handle)
+            worker.ready_at = worker.ready_at or time.monotonic()  # if its `ready` is not seen yet
+            any_set_up = True
+            idle.append(worker)
             yield _received(job, answer)
     except BaseException:
-        # Ctrl-C (or the caller closing us): cancel what is in flight. A plain cancel raises
-        # KeyboardInterrupt in the grading, whose clean-up kills its runner and sandboxes;
-        # the actors are killed once those had their time (their runner servers die with them).
+        # Ctrl-C (or the caller closing us): cancel what is in flight (for a regular actor's
+        # running call Ray 2.60 only sets a flag, which grading does not read), give it
+        # STOP_SECONDS, then the actors are killed: their runner servers, runners and
+        # sandboxes die with them (PR_SET_PDEATHSIG).
         for ref in busy:
             with contextlib.suppress(Exception):  # never hide why we stopped
                 ray.cancel(ref)
@@ -352,15 +457,29 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
             ray.wait(list(busy), num_returns=len(busy), timeout=STOP_SECONDS)
         raise
     finally:
-        # Idle actors stop their runner server and remove their folders (the bundle) first;
-        # killing alone would leave those on the node's /tmp after every batch.
-        working = {id(handle) for handle, _ in busy.values()}
+        # Idle actors that are set up stop their runner server and remove their folders (the
+        # bundle) first; killing alone would leave those on the node's /tmp after every batch.
+        # Actors never set up are only killed: one not scheduled would never answer.
+        working = {id(worker) for worker, _ in busy.values()}
         with contextlib.suppress(Exception):
-            ray.get([h.close.remote() for h in alive if id(h) not in working],
-                    timeout=STOP_SECONDS)
-        for handle in alive:
+            ray.get([w.handle.close.remote() for w in alive
+                     if id(w) not in working and w.ready_at is not None], timeout=STOP_SECONDS)
+        for worker in alive:
             with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
+                ray.kill(worker.handle, no_restart=True)
+
+
+def _not_started(ray: Any, limits: Deadlines) -> str:
+    """Why no actor was set up: what each asks for, and what the cluster has of it."""
+    asks = ", ".join(f"{amount:g} {name}" for name, amount in limits.asks.items())
+    try:
+        total = ray.cluster_resources()
+        has = ", ".join(f"{total.get(name, 0):g} {name}" for name in limits.asks)
+    except Exception:  # noqa: BLE001 - only for the message
+        has = "unknown"
+    return (f"grading on Ray failed: no Ray worker could be set up within {limits.start:g} s; "
+            f"each asks for {asks} and the cluster has {has} in all (no node may have it "
+            "free, or a node was lost); the batch stopped waiting")
 
 
 def _received(job: _Job, answer: Any) -> GradeOutcome:

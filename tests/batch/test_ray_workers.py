@@ -352,6 +352,87 @@ def test_ctrl_c_cancels_the_gradings_in_flight_and_stops_the_actors(cluster, tmp
     assert sorted(p.name for p in marks.iterdir()) == ["a", "b"]
 
 
+def test_actors_that_nothing_can_schedule_fail_the_rest_within_the_start_up_limit(cluster,
+                                                                                  tmp_path):
+    """An actor asking for what no node has (a GPU type, a node lost) is never scheduled: the
+    batch stops waiting after the start-up limit and says what each actor asks for."""
+    actor = ray.remote(RayGrader).options(num_cpus=1, resources={"no_such_node": 1},
+                                          max_restarts=0, max_task_retries=0)
+    limits = batch_ray.Deadlines(grading=60, start=3, asks={"CPU": 1, "no_such_node": 1})
+    tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
+    started = time.monotonic()
+    outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
+                                         ray.put(pack_assignment("toy", CONFIG)), 1, limits))
+    assert time.monotonic() - started < 30
+    assert set(outcomes) == {"a", "b", "c"}
+    for outcome in outcomes.values():
+        assert outcome.report is None and outcome.worker == "ray"
+        assert "no Ray worker could be set up within 3 s" in outcome.error, outcome.error
+        assert "asks for 1 CPU, 1 no_such_node and the cluster has 2 CPU, 0 no_such_node" \
+            in outcome.error, outcome.error
+    whole_node = ray.remote(lambda: "free").options(num_cpus=2)  # nothing holds a CPU
+    assert ray.get(whole_node.remote(), timeout=60) == "free"
+
+
+def test_an_actor_not_set_up_in_time_is_replaced_and_its_submission_retried(cluster,
+                                                                             tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    class SlowToStart(RayGrader):  # the first actor to start never gets set up
+        def __init__(self, bundle: dict, share: int = 1) -> None:
+            try:
+                (marks / "slow").mkdir()
+            except FileExistsError:
+                super().__init__(bundle, share)
+                return
+            (marks / "slow" / "pid").write_text(str(os.getpid()))
+            time.sleep(600)
+
+    actor = ray.remote(SlowToStart).options(num_cpus=1, max_restarts=0, max_task_retries=0)
+    limits = batch_ray.Deadlines(grading=120, start=30)
+    tasks = [task(tmp_path, key, GOOD) for key in ("a", "b")]
+    started = time.monotonic()
+    outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
+                                         ray.put(pack_assignment("toy", CONFIG)), 1, limits))
+    assert 30 <= time.monotonic() - started < 150
+    for key in ("a", "b"):  # the other actor was set up: the stuck one's submission was retried
+        assert outcomes[key].error is None and outcomes[key].report["score"] == 10
+    assert not Path(f"/proc/{(marks / 'slow' / 'pid').read_text()}").exists()  # killed
+
+
+def test_a_grading_past_its_deadline_is_stopped_and_the_batch_goes_on(cluster, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    class Hanging(RayGrader):  # one grading that never ends (a node that hangs, say)
+        def grade(self, request: dict) -> dict:
+            if request["key"] != "hangs":
+                return super().grade(request)
+            (marks / "started").write_text(str(os.getpid()))
+            for _ in range(3000):
+                time.sleep(0.2)
+            raise AssertionError("not stopped")
+
+    actor = ray.remote(Hanging).options(num_cpus=1, max_restarts=0, max_task_retries=0)
+    limits = batch_ray.Deadlines(grading=20, start=120, basis="a test's 20 s")
+    tasks = [task(tmp_path, key, GOOD) for key in ("hangs", "fine", "after")]
+    started = time.monotonic()
+    outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
+                                         ray.put(pack_assignment("toy", CONFIG)), 1, limits))
+    assert time.monotonic() - started < 120
+    hangs = outcomes["hangs"]
+    assert hangs.report is None and 20 <= hangs.seconds < 40, hangs
+    assert hangs.error == ("grading on Ray did not finish within 20 s (a test's 20 s); its Ray "
+                           "worker was stopped")
+    assert (marks / "started").exists()
+    for key in ("fine", "after"):  # the batch went on
+        assert outcomes[key].error is None and outcomes[key].report["score"] == 10
+    assert not Path(f"/proc/{(marks / 'started').read_text()}").exists()  # killed
+    whole_node = ray.remote(lambda: "free").options(num_cpus=2)  # its CPU is free again
+    assert ray.get(whole_node.remote(), timeout=60) == "free"
+
+
 def test_gpus_per_task():
     assert gpus_per_task(True, {"CPU": 8, "GPU": 2}) == 1
     assert gpus_per_task(True, {"CPU": 8}) == 0  # no GPU in the cluster: the GPU policy applies
