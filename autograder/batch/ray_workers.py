@@ -49,7 +49,7 @@ from typing import Any
 
 from autograder.batch.records import GradeOutcome, GradeTask
 
-STOP_SECONDS = 10.0  # how long cancelled gradings get to clean up before their actors are killed
+STOP_SECONDS = 10.0  # how long idle actors get to close (stop their runner server, remove folders)
 # On top of a submission's own budget (timeouts.submission, which bounds its hidden tests): its
 # packing, checks, reports and sandbox clean-up. A grading past both is stopped.
 GRADING_MARGIN = 120.0
@@ -312,7 +312,7 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
     killed, and its submission is retried once on a new actor as after a death (when no actor
     of the batch was ever set up, nothing can be scheduled: the rest fails at once, naming what
     each actor asks for); a grading still running `deadlines.grading` after both its
-    submission and its actor's set-up is cancelled, its actor killed and replaced, and the
+    submission and its actor's set-up has its actor killed and replaced, and the
     submission is an error outcome."""
     from autograder.batch.bundles import PackError, pack_submission
 
@@ -446,15 +446,10 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
             idle.append(worker)
             yield _received(job, answer)
     except BaseException:
-        # Ctrl-C (or the caller closing us): cancel what is in flight (for a regular actor's
-        # running call Ray 2.60 only sets a flag, which grading does not read), give it
-        # STOP_SECONDS, then the actors are killed: their runner servers, runners and
-        # sandboxes die with them (PR_SET_PDEATHSIG).
-        for ref in busy:
-            with contextlib.suppress(Exception):  # never hide why we stopped
-                ray.cancel(ref)
-        with contextlib.suppress(Exception):
-            ray.wait(list(busy), num_returns=len(busy), timeout=STOP_SECONDS)
+        # Ctrl-C (or the caller closing us): the busy actors are killed below, and their runner
+        # servers, runners and sandboxes die with them (PR_SET_PDEATHSIG). Not a cancel first:
+        # for a regular actor's running call Ray 2.60 only sets a flag, which grading never
+        # reads, so waiting on it only delayed the stop.
         raise
     finally:
         # Idle actors that are set up stop their runner server and remove their folders (the

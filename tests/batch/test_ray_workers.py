@@ -322,7 +322,7 @@ def test_folders_of_dead_workers_are_removed_and_no_others(tmp_path):
     assert ray.get(whole_node.remote(), timeout=60) == "free"
 
 
-def test_ctrl_c_cancels_the_gradings_in_flight_and_stops_the_actors(cluster, tmp_path):
+def test_ctrl_c_stops_the_actors_grading_at_once(cluster, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
 
@@ -342,14 +342,15 @@ def test_ctrl_c_cancels_the_gradings_in_flight_and_stops_the_actors(cluster, tmp
     actor = ray.remote(Napping).options(num_cpus=1, max_restarts=0)
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
     threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         list(batch_ray._collect(ray, tasks, 2, actor, ray.put(pack_assignment("toy", CONFIG))))
-    assert time.monotonic() - started < 100  # not the 120 s the naps would take
+    stopped = time.time()
     # Both CPUs come free: the two actors were stopped, the third submission never started.
     whole_node = ray.remote(lambda: "free").options(num_cpus=2)
     assert ray.get(whole_node.remote(), timeout=60) == "free"
     assert sorted(p.name for p in marks.iterdir()) == ["a", "b"]
+    # Counted from both gradings running: about 1 s here (waiting on a cancel took 10 s more).
+    assert stopped - max(p.stat().st_mtime for p in marks.iterdir()) < 8
 
 
 def test_actors_that_nothing_can_schedule_fail_the_rest_within_the_start_up_limit(cluster,
