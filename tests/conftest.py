@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,14 @@ import pytest
 from autograder.project.config import default_limits
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.folder import prepare_sandbox_dir
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background (`make test &` in a script, without job control)
+    # inherits SIGINT ignored, and so would every batch it starts: the Ctrl-C tests would then
+    # see a batch that never stops. Ctrl-C is Python's again, here and in those processes.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
