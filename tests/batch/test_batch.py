@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_view import seen_in, snooping_source
 
 from autograder.batch.driver import BatchError, batch
 from autograder.batch.gradebook import Gradebook
@@ -277,27 +278,6 @@ def test_bad_options_are_refused_before_anything_is_graded(tmp_path):
     assert result.returncode == 2 and "--jobs" in result.stderr
 
 
-SNOOP = '''
-import gc, os, sys
-
-
-def add(a, b):
-    seen = {
-        "pid": os.getpid(), "uid": os.getuid(),
-        # (os.environ: /proc/self/environ is root's once the zygote is not dumpable)
-        "environ": chr(0).join(f"{k}={v}" for k, v in os.environ.items()),
-        "test_modules": sorted(m for m in sys.modules if not m.startswith("torch.")
-                               and m.rsplit(".", 1)[-1].startswith(("test_", "conftest"))),
-        "hidden_visible": os.path.exists(HIDDEN),
-        "canary_in_memory": any(isinstance(o, str) and "CANARY-" in o for o in gc.get_objects()),
-        "foreign_processes": [p for p in os.listdir("/proc") if p.isdigit() and os.stat(
-            f"/proc/{p}").st_uid != os.getuid()],
-    }
-    print("SEEN", repr(seen))
-    return a + b
-'''
-
-
 def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     """Batch workers fork runners and sandbox zygotes from warm servers; what a submission can
     see from inside must not change: no grader environment, no hidden tests in memory or on
@@ -307,18 +287,13 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     canary = "CANARY-" + os.urandom(8).hex()
     monkeypatch.setenv("AUTOGRADER_TEST_SECRET", canary)
     hidden = TOY / "assignments" / "toy" / "tests" / "hidden" / "test_toy.py"
-    source = SNOOP.replace("HIDDEN", repr(str(hidden)))
-    submissions = make_class(tmp_path / "s", {"eve": source})
+    submissions = make_class(tmp_path / "s", {"eve": snooping_source(hidden)})
     summary = batch(submissions, "toy", tmp_path / "out", config_path=CONFIG, progress=False)
     assert summary.failed == 0
     warm = json.loads((tmp_path / "out" / "reports" / "eve" / "report.json").read_text())
     cold = grade(submissions / "eve", "toy", tmp_path / "cold", CONFIG)
 
-    def seen(tests: list) -> dict:
-        output = next(t["output"] for t in tests if t["name"] == "add: adds two integers")
-        return eval(output.split("SEEN ", 1)[1].strip())  # our own repr of plain values
-
-    observed = seen(warm["tests"])
+    observed = seen_in(warm["tests"])
     assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in \
         observed["environ"]
     assert observed["test_modules"] == []
@@ -327,7 +302,7 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
     assert warm["environment"]["protections"] == cold.environment["protections"]
     assert warm["score"] == cold.score
-    cold_seen = seen([{"name": t.name, "output": t.output} for t in cold.tests])
+    cold_seen = seen_in([{"name": t.name, "output": t.output} for t in cold.tests])
     assert set(observed["environ"].split("\0")) <= set(cold_seen["environ"].split("\0")) | {
         "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "PYTHONHASHSEED=0", ""} | {
         e for e in observed["environ"].split("\0") if e.split("=")[0] in (

@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from sandbox_view import seen_in, snooping_source
 
 from autograder.batch import ray_grader
 from autograder.batch import ray_workers as batch_ray
@@ -443,27 +444,6 @@ def test_gpus_per_task():
         list(run_ray([task(Path("/nonexistent"), "x", GOOD)], jobs=0))
 
 
-SNOOP = '''
-import gc, glob, os, sys
-
-
-def add(a, b):
-    seen = {
-        "pid": os.getpid(), "uid": os.getuid(),
-        "environ": chr(0).join(f"{k}={v}" for k, v in os.environ.items()),
-        "test_modules": sorted(m for m in sys.modules if not m.startswith("torch.")
-                               and m.rsplit(".", 1)[-1].startswith(("test_", "conftest"))),
-        # The actors' bundles (hidden tests, the key) and the driver's copy of them.
-        "hidden_visible": bool(glob.glob("/tmp/autograder-ray-*")) or os.path.exists(HIDDEN),
-        "canary_in_memory": any(isinstance(o, str) and "CANARY-" in o for o in gc.get_objects()),
-        "foreign_processes": [p for p in os.listdir("/proc") if p.isdigit() and os.stat(
-            f"/proc/{p}").st_uid != os.getuid()],
-    }
-    print("SEEN", repr(seen))
-    return a + b
-'''
-
-
 def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     """The wall test of local warm workers (tests/batch/test_batch.py), through Ray actors: what a
     submission sees from inside its sandbox: no grader environment (Ray's included), no hidden
@@ -476,15 +456,14 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
             os.environ["AUTOGRADER_TEST_SECRET"] = canary
             super().__init__(bundle, share)
 
-    source = SNOOP.replace("HIDDEN", repr(str(hidden)))
+    # The actors' bundles (hidden tests, the key) and the driver's copy of them are hidden.
+    source = snooping_source(hidden, "/tmp/autograder-ray-*")
     folder = submission(tmp_path, "eve", source, (GOOD / "answers.yml").read_text())
     actor = ray.remote(Planted).options(num_cpus=1, max_restarts=0)
     [outcome] = batch_ray._collect(ray, [task(tmp_path, "eve", folder)], 1, actor,
                                    ray.put(pack_assignment("toy", CONFIG)))
     assert outcome.error is None, outcome.error
-    output = next(t["output"] for t in outcome.report["tests"]
-                  if t["name"] == "add: adds two integers")
-    observed = eval(output.split("SEEN ", 1)[1].strip())  # our own repr of plain values
+    observed = seen_in(outcome.report["tests"])
     names = {entry.split("=", 1)[0] for entry in observed["environ"].split("\0") if entry}
     assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in names
     assert not [n for n in names if n.startswith("RAY")], names
