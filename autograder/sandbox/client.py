@@ -234,7 +234,9 @@ class Zygote:
         self.exit_times: dict[int, float] = {}  # when each worker's end was reported
         self._changed = threading.Condition()
         self._ns_pids: dict[int, int] = {}
-        self.isolated = isolation.mode != "none"
+        # Only in its own namespaces is the zygote a child of the launcher (PID 1 there); in
+        # `uid` mode the launcher execs the zygote itself, and in `none` there is no launcher.
+        self.behind_launcher = isolation.mode == "namespaces"
         self._pid1: tuple[int, str | None] | None = None  # namespaced zygote: (host pid, start)
         self.alive = True
         threading.Thread(target=self._listen, daemon=True).start()
@@ -316,7 +318,7 @@ class Zygote:
 
     def _zygote_pid(self) -> int:
         # Behind the isolation launcher, the zygote is the launcher's only child.
-        if self.isolated:
+        if self.behind_launcher:
             if self._pid1 is not None:
                 return self._pid1[0]
             children = children_of(self.popen.pid)
