@@ -38,6 +38,7 @@ VENV = "/opt/autograder-venv"  # outside /autograder/source: see setup_script
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Parts of an assignment folder the grader never reads: the reference solution stays home.
 LEFT_OUT = ("solution", "examples", "*.md")
+STATUS_PREFIX = "submission status (for staff): "
 FALLBACK_MESSAGE = (
     "The autograder failed on its side while grading this submission, so this is not a verdict "
     "on your work. Please contact the instructor (course staff) and quote this message.")
@@ -194,15 +195,19 @@ def build_bundle(name: str, config_path: Path, out: Path | None = None) -> Path:
 # ----------------------------------------------------------------------------- in the container
 
 
+def error_summary(error: str) -> str:
+    """The one line that says what failed: `autograder grade` says "error: ..." first; a
+    traceback ends with the exception."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("error:")]
+    return (said[0] if said else lines[-1] if lines else "unknown error")[:500]
+
+
 def fallback_results(error: str, elapsed: float = 0.0) -> dict:
     """results.json for a submission the grader could not grade: valid, score 0, says why."""
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    # `autograder grade` says "error: ..." first; a traceback ends with the exception.
-    said = [line for line in lines if line.startswith("error:")]
-    summary = (said[0] if said else lines[-1] if lines else "unknown error")[:500]
     return {
         "score": 0.0, "execution_time": round(max(elapsed, 0.0), 3),
-        "output": f"{FALLBACK_MESSAGE}\n\nError: {summary}",
+        "output": f"{FALLBACK_MESSAGE}\n\nError: {error_summary(error)}",
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden",
         "tests": [], "extra_data": {"autograder_error": error[-4000:]},
     }
@@ -276,13 +281,34 @@ def run_in_container(root: Path, assignment: str) -> int:
                 document["output"] = f"Submitted by {names}.\n\n{document.get('output', '')}"
             validate(document, "gradescope_results.schema.json", "results.json")
             _write_json(results, document)
+            _print_status(results.parent, None)
             return 0
     except Exception:  # anything at all: the student must still get a results.json
         error = traceback.format_exc()
     print(f"run_autograder: grading failed, writing a fallback results.json:\n{error}",
           file=sys.stderr)
     _write_json(results, fallback_results(error, time.monotonic() - started))
+    _print_status(results.parent, error)
     return 1
+
+
+def _print_status(results_dir: Path, error: str | None) -> None:
+    """The submission's status for staff (ok, flagged and why, grader_error...), as a batch
+    records it: on run_autograder's stdout, which Gradescope shows instructors only."""
+    from autograder.grading.submission_status import derive, take_kept_events
+
+    try:
+        try:
+            report = json.loads((results_dir / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            report = None
+        status = derive(report if error is None else None,
+                        None if error is None else error_summary(error),
+                        take_kept_events(results_dir))
+        said = f"{status.status}: {status.detail}" if status.detail else status.status
+    except Exception as exc:  # results.json is written already: never fail it now
+        said = f"unknown (the status could not be derived: {exc})"
+    print(f"{STATUS_PREFIX}{said}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

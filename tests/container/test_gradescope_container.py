@@ -1,0 +1,130 @@
+"""Each assignment's Gradescope bundle, built and run as Gradescope does, in a real container.
+
+The image: the stand-in base (conftest), the zip extracted into /autograder/source, setup.sh run
+once as root (autograder.gradescope.container.build_image). Every run is a fresh container with
+Gradescope's defaults: 768 MB, half a CPU, no network, Docker's default capabilities and seccomp
+profile, as root; there the grader gets `uid` isolation (namespaces are refused). The
+self-hosted recipe adds `--cap-add SYS_ADMIN`, where each sandbox gets its own namespaces.
+Gradings run once each (the `graded` cache) and take about 15 s apiece.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autograder.gradescope.bundle import FALLBACK_MESSAGE
+from autograder.gradescope.container import GRADESCOPE, SELF_HOSTED, ContainerRun, Limits
+from autograder.project.assignment import load_assignment
+
+pytestmark = pytest.mark.container
+
+GRADESCOPE_MB = 768
+# Where the grader can isolate neither way: no user to switch to, no namespaces to make.
+NEITHER = Limits("no isolation possible", docker_args=("--cap-drop", "SETUID",
+                                                       "--cap-drop", "SETGID"))
+# The explicit opt-in, named unsafe: the calibration that shows the hostile submission is real.
+UNSAFE = Limits("unsafe opt-in", docker_args=("-e", "AUTOGRADER_UNSAFE_NO_ISOLATION=1"))
+
+
+@pytest.fixture(scope="session")
+def graded(image, submission):
+    """graded(name, kind, limits): one container run, cached for the session."""
+    runs: dict[tuple[str, str, str], ContainerRun] = {}
+
+    def get(name: str, kind: str, limits: Limits = GRADESCOPE) -> ContainerRun:
+        key = (name, kind, limits.name)
+        if key not in runs:
+            from autograder.gradescope.container import run_submission
+
+            runs[key] = run_submission(image(name), submission(name, kind), limits)
+            run = runs[key]
+            print(f"\n{name} {kind} [{limits.name}]: score {run.score} in {run.seconds} s, "
+                  f"peak {(run.peak_memory_bytes or 0) / 2**20:.0f} MiB, "
+                  f"isolation {run.isolation}, status {run.status}")
+        return runs[key]
+    return get
+
+
+def full_marks(name: str) -> float:
+    config = load_assignment(name).config
+    return config.multiple_choice.points + config.coding.points
+
+
+def said(run: ContainerRun) -> str:
+    return f"(run_autograder said:\n{run.stdout[-3000:]})"
+
+
+def assert_graded_cleanly(run: ContainerRun) -> None:
+    """Within Gradescope's limits, and nothing changed or left behind once grading ended."""
+    assert run.exit_code == 0 and not run.timed_out, said(run)
+    assert run.seconds < 600
+    assert run.peak_memory_bytes is not None and run.peak_memory_bytes < GRADESCOPE_MB * 2**20
+    assert not run.results_rewritten, "results.json changed after run_autograder exited"
+    assert not run.run_autograder_changed, "run_autograder was changed during grading"
+    assert run.leftover == [], f"processes left after grading: {run.leftover}"
+
+
+@pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
+def test_the_reference_scores_full_marks_in_uid_isolation(graded, name):
+    run = graded(name, "reference")
+    assert run.score == full_marks(name), said(run)
+    assert run.isolation == "uid", said(run)
+    assert run.status == "ok", said(run)
+    assert_graded_cleanly(run)
+
+
+@pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
+def test_the_blank_template_scores_nothing(graded, name):
+    run = graded(name, "blank")
+    assert run.score == 0, said(run)
+    assert run.results["tests"], "a blank submission still gets every test, failed"
+    assert_graded_cleanly(run)
+
+
+@pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
+def test_self_hosted_with_sys_admin_gives_each_sandbox_its_namespaces(graded, name):
+    run = graded(name, "reference", SELF_HOSTED)
+    assert run.score == full_marks(name), said(run)
+    assert run.isolation == "namespaces", said(run)
+    assert_graded_cleanly(run)
+
+
+@pytest.mark.parametrize("limits", [GRADESCOPE, SELF_HOSTED], ids=lambda limits: limits.name)
+def test_a_hostile_submission_gets_nothing_and_changes_nothing(graded, limits):
+    """It forges results.json, appends to run_autograder, reads the key, leaves its cgroups and
+    leaves a detached rewriter: it scores 0, is flagged for staff, and the grader's results.json
+    and the bundle's run_autograder are what stays."""
+    run = graded("dp_basics", "hostile", limits)
+    assert run.score == 0, said(run)
+    assert "FORGED" not in json.dumps(run.results)
+    assert run.status is not None and run.status.startswith("flagged"), said(run)
+    assert "flagged" not in json.dumps(run.results), "flags are for staff, not the student"
+    assert_graded_cleanly(run)
+
+
+def test_calibration_the_same_submission_unisolated_forges_leaks_and_stays(graded):
+    """The attacks above are real: graded with the explicit unsafe opt-in, as root with no
+    isolation, the same code replaces results.json (with the key in it), tampers with
+    run_autograder, and its rewriter outlives grading."""
+    run = graded("dp_basics", "hostile", UNSAFE)
+    assert run.isolation == "none"
+    assert run.run_autograder_changed
+    assert run.results_rewritten or run.leftover
+    forged = json.dumps(run.results)
+    assert "FORGED" in forged and "KEY " in forged and "questions:" in forged, said(run)
+
+
+def test_where_neither_isolation_works_root_refuses_to_grade(graded):
+    """Root without namespaces and without a user to switch to: no grading, a results.json that
+    says the autograder failed, and stdout that says why and how to fix it."""
+    run = graded("dp_basics", "reference", NEITHER)
+    assert run.exit_code == 0 and not run.timed_out, said(run)
+    assert run.score == 0
+    assert run.results["tests"] == []
+    assert FALLBACK_MESSAGE in run.results["output"]
+    assert "isolat" in run.results["output"].lower(), said(run)
+    assert "SYS_ADMIN" in run.stdout, said(run)  # how to fix it, for the instructor
+    assert run.status is not None and run.status.startswith("grader_error"), said(run)
+    assert not run.results_rewritten and not run.run_autograder_changed
