@@ -113,6 +113,48 @@ def loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
+def loopback_namespace() -> None:
+    """Enter a new network namespace whose loopback is up (as root of this user namespace).
+
+    Bringing loopback up needs CAP_NET_ADMIN, which a Docker container lacks by default, even
+    with --cap-add SYS_ADMIN. Then a child makes the network namespace inside a user namespace
+    of its own (where it holds every capability over what it creates), brings loopback up
+    there, and this process joins that network namespace (setns needs only CAP_SYS_ADMIN);
+    this process itself stays in its user namespace."""
+    check(libc.unshare(CLONE_NEWNET), "unshare")
+    try:
+        loopback_up()
+        return
+    except PermissionError:
+        pass
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:  # only simple calls: the parent may have threads (a warm runner server)
+        try:
+            check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
+            loopback_up()
+            os.write(ready_w, b"1")
+        except BaseException:  # noqa: BLE001 - the parent says what failed
+            os.write(ready_w, b"0")
+        os.read(done_r, 1)  # keep the namespace until the parent has joined it
+        os._exit(0)
+    try:
+        if os.read(ready_r, 1) != b"1":
+            raise PermissionError("loopback could not be brought up in the sandbox's network "
+                                  "namespace (no CAP_NET_ADMIN, and no user namespace for it)")
+        fd = os.open(f"/proc/{helper}/ns/net", os.O_RDONLY)
+        try:
+            check(libc.setns(fd, CLONE_NEWNET), "setns")
+        finally:
+            os.close(fd)
+    finally:
+        os.write(done_w, b"1")
+        os.waitpid(helper, 0)
+        for fd in (ready_r, ready_w, done_r, done_w):
+            os.close(fd)
+
+
 def build_root(spec: dict) -> str:
     root = spec["root"]
     mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks out
@@ -254,9 +296,11 @@ def enter_namespaces(spec: dict) -> None:
     warm runner server in a freshly forked child (see autograder.grading.warm_runner)."""
     os.umask(0o022)  # folders made for the new root must be traversable by the sandbox user
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if spec["user_namespace"]:
-        flags |= CLONE_NEWUSER
+        flags |= CLONE_NEWUSER | CLONE_NEWNET  # loopback comes up below, as root inside
+    else:
+        loopback_namespace()  # before the PID namespace: it may fork a helper
     check(libc.unshare(flags), "unshare")
     if spec["user_namespace"]:
         # Root inside, our own uid outside: enough to mount and chroot, nothing more.
@@ -272,7 +316,8 @@ def enter_namespaces(spec: dict) -> None:
         code = os.waitstatus_to_exitcode(status)
         os._exit(code if code >= 0 else 128 - code)
     root = build_root(spec)
-    loopback_up()
+    if spec["user_namespace"]:
+        loopback_up()
     os.chroot(root)
     os.chdir(spec["cwd"])
     drop(spec)

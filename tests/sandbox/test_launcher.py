@@ -338,3 +338,36 @@ def test_a_spec_it_cannot_follow_fails_with_121_and_says_why(tmp_path, change):
     assert result.returncode == 121, (result.returncode, result.stdout)
     assert result.stderr.startswith("isolation launcher: "), result.stderr
     assert result.stdout == ""
+
+
+CAP_NET_ADMIN = 12
+LOOPBACK = ("import socket; s = socket.create_server(('127.0.0.1', 0)); "
+            "c = socket.create_connection(s.getsockname()); c.sendall(b'up'); "
+            "print('loopback', s.accept()[0].recv(2).decode(), flush=True)")
+
+
+def _without_net_admin() -> None:
+    """As in a Docker container (even with --cap-add SYS_ADMIN): no CAP_NET_ADMIN after exec."""
+    if launcher.libc.prctl(launcher.PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) != 0:
+        os._exit(99)
+
+
+@pytest.mark.parametrize("net_admin", [True, False], ids=["with", "without_cap_net_admin"])
+def test_the_sandbox_has_its_own_loopback_with_or_without_cap_net_admin(tmp_path, net_admin):
+    """Bringing loopback up needs CAP_NET_ADMIN, which Docker withholds; without it the launcher
+    makes the network namespace in a user namespace of its own, and ranks still meet on
+    127.0.0.1 (in a namespace of the sandbox's own: no host listener is reachable)."""
+    needs_root()
+    preexec = None if net_admin else _without_net_admin
+    bounding = subprocess.run(["/bin/grep", "CapBnd", "/proc/self/status"], capture_output=True,
+                              text=True, preexec_fn=preexec).stdout.split()[1]
+    assert bool(int(bounding, 16) & (1 << CAP_NET_ADMIN)) == net_admin
+    spec = namespaces_spec(tmp_path)
+    command = [sys.executable, "-I", "-S", "-B", "-c", LAUNCHER, json.dumps(spec), "--",
+               sys.executable, "-I", "-S", "-c", LOOPBACK]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/",
+                            preexec_fn=preexec)
+    if "unshare" in result.stderr:
+        pytest.skip(f"namespaces refused here: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["loopback", "up"]
