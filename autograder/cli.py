@@ -360,15 +360,36 @@ def check(folder: Path, module: str | None, no_tests: bool, project: ProjectChoi
 @ASSIGNMENT_OPTION
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the zip (default: dist/ASSIGNMENT-gradescope.zip).")
+@click.option("--try", "tries", multiple=True, metavar="SUBMISSION",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Then grade this submission folder in a Gradescope-like Docker container "
+                   "(768 MB, half a CPU, no network, Docker's default confinement); repeatable.")
+@click.option("--self-hosted", is_flag=True,
+              help="With --try: add --cap-add SYS_ADMIN (the self-hosted recipe: namespaces).")
+@click.option("--base-image", metavar="IMAGE",
+              help="With --try: the image to build on (default: gradescope/autograder-base if "
+                   "present, else a Debian stand-in made once with debootstrap).")
 @project_options
 def gradescope(positional: str | None, assignment: str | None, out: Path | None,
+               tries: tuple[Path, ...], self_hosted: bool, base_image: str | None,
                project: ProjectChoice) -> None:
-    """Build the Gradescope autograder zip of an assignment (setup.sh, run_autograder, sources)."""
+    """Build the Gradescope autograder zip of an assignment (setup.sh, run_autograder, sources),
+    and with --try grade submissions with it in a container, as Gradescope would."""
     from autograder.gradescope.bundle import build_bundle
 
     path = build_bundle(_assignment(assignment, positional), project.config, out)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
                "Zip file upload), base image Ubuntu 22.04")
+    if tries:
+        from autograder.gradescope import container
+
+        limits = container.SELF_HOSTED if self_hosted else container.GRADESCOPE
+        try:
+            runs = container.try_bundle(path, list(tries), limits, base_image,
+                                        say=lambda line: click.echo(inert(line)))
+        except container.ContainerError as exc:
+            raise click.ClickException(str(exc)) from None
+        sys.exit(1 if any(run.problems() for run in runs) else 0)
 
 
 @main.command(epilog=EXIT_CODES)

@@ -32,6 +32,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,7 @@ class ContainerRun:
 
     submission: str
     limits: str
+    memory_mb: int
     results: dict | None  # /autograder/results/results.json at the end
     report: dict | None  # report.json beside it (the grader's own record)
     stdout: str  # run_autograder's output (Gradescope keeps it for instructors)
@@ -122,6 +124,31 @@ class ContainerRun:
     results_rewritten: bool  # results.json changed after run_autograder exited
     run_autograder_changed: bool  # differs from the bundle's
     leftover: list[str] = field(default_factory=list)  # processes alive after grading
+
+    def problems(self) -> list[str]:
+        """What Gradescope would not accept, or what the submission got away with."""
+        found = []
+        if self.timed_out:
+            found.append("did not finish within the time limit")
+        if self.results is None:
+            found.append("left no readable results.json")
+        if self.peak_memory_bytes is not None and self.peak_memory_bytes >= self.memory_mb << 20:
+            found.append(f"reached the {self.memory_mb} MB memory limit")
+        if self.results_rewritten:
+            found.append("results.json changed after run_autograder had exited")
+        if self.run_autograder_changed:
+            found.append("/autograder/run_autograder was changed during grading")
+        if self.leftover:
+            found.append(f"{len(self.leftover)} process(es) still running after grading: "
+                         + ", ".join(self.leftover[:5]))
+        return found
+
+    def summary(self) -> str:
+        score = "no score" if self.score is None else f"score {self.score:g}"
+        peak = ("peak memory unknown" if self.peak_memory_bytes is None else
+                f"peak memory {self.peak_memory_bytes / 2**20:.0f} MiB of {self.memory_mb}")
+        return (f"{self.submission} [{self.limits}]: {score} in {self.seconds:g} s, {peak}, "
+                f"isolation {self.isolation or 'unknown'}, status {self.status or 'unknown'}")
 
     @property
     def score(self) -> float | None:
@@ -286,7 +313,7 @@ def run_submission(image: str, submission: Path, limits: Limits = GRADESCOPE,
         results, report = (_read(name, f"/autograder/results/{f}") for f in
                            ("results.json", "report.json"))
         return ContainerRun(
-            submission=submission.name, limits=limits.name,
+            submission=submission.name, limits=limits.name, memory_mb=limits.memory_mb,
             results=_json(results), report=_json(report),
             stdout=(_read(name, f"{HARNESS_DIR}/stdout") or b"").decode(errors="replace"),
             seconds=observed.get("seconds", 0.0), peak_memory_bytes=observed.get("peak_memory"),
@@ -356,3 +383,26 @@ def _safe(name: str) -> str:
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
+
+
+def try_bundle(bundle: Path, submissions: list[Path], limits: Limits = GRADESCOPE,
+               base: str | None = None, pip: PipSettings | None = None,
+               say: Callable[[str], None] = print) -> list[ContainerRun]:
+    """Build `bundle`'s image (cached) and grade each submission folder in a fresh container."""
+    require_daemon()
+    started = time.monotonic()
+    chosen = base_image(base)
+    say(f"base image {chosen}; building the bundle's image (setup.sh; cached by content)...")
+    with tempfile.TemporaryDirectory(prefix="autograder-build-") as tmp:
+        log = Path(tmp) / "setup.log"
+        tag = build_image(bundle, chosen, pip or PipSettings.from_environment(), log)
+    say(f"image {tag} ready after {time.monotonic() - started:.0f} s; grading with "
+        f"{' '.join(limits.args())}")
+    runs = []
+    for submission in submissions:
+        run = run_submission(tag, submission, limits)
+        say(run.summary())
+        for problem in run.problems():
+            say(f"  problem: {problem}")
+        runs.append(run)
+    return runs

@@ -11,6 +11,8 @@ Gradings run once each (the `graded` cache) and take about 15 s apiece.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -20,7 +22,6 @@ from autograder.project.assignment import load_assignment
 
 pytestmark = pytest.mark.container
 
-GRADESCOPE_MB = 768
 # Where the grader can isolate neither way: no user to switch to, no namespaces to make.
 NEITHER = Limits("no isolation possible", docker_args=("--cap-drop", "SETUID",
                                                        "--cap-drop", "SETGID"))
@@ -39,10 +40,7 @@ def graded(image, submission):
             from autograder.gradescope.container import run_submission
 
             runs[key] = run_submission(image(name), submission(name, kind), limits)
-            run = runs[key]
-            print(f"\n{name} {kind} [{limits.name}]: score {run.score} in {run.seconds} s, "
-                  f"peak {(run.peak_memory_bytes or 0) / 2**20:.0f} MiB, "
-                  f"isolation {run.isolation}, status {run.status}")
+            print(f"\n{name} {kind}: {runs[key].summary()}")
         return runs[key]
     return get
 
@@ -58,12 +56,9 @@ def said(run: ContainerRun) -> str:
 
 def assert_graded_cleanly(run: ContainerRun) -> None:
     """Within Gradescope's limits, and nothing changed or left behind once grading ended."""
-    assert run.exit_code == 0 and not run.timed_out, said(run)
-    assert run.seconds < 600
-    assert run.peak_memory_bytes is not None and run.peak_memory_bytes < GRADESCOPE_MB * 2**20
-    assert not run.results_rewritten, "results.json changed after run_autograder exited"
-    assert not run.run_autograder_changed, "run_autograder was changed during grading"
-    assert run.leftover == [], f"processes left after grading: {run.leftover}"
+    assert run.exit_code == 0, said(run)
+    assert run.peak_memory_bytes is not None and run.seconds < 600
+    assert run.problems() == [], said(run)
 
 
 @pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
@@ -128,3 +123,17 @@ def test_where_neither_isolation_works_root_refuses_to_grade(graded):
     assert "SYS_ADMIN" in run.stdout, said(run)  # how to fix it, for the instructor
     assert run.status is not None and run.status.startswith("grader_error"), said(run)
     assert not run.results_rewritten and not run.run_autograder_changed
+
+
+def test_instructors_try_a_bundle_from_the_command_line(image, submission, tmp_path):
+    """`autograder gradescope --try`: the zip, the image (cached: the same content as above),
+    one line per submission, exit 0 when nothing is wrong."""
+    image("dp_basics")  # built once for the session; the CLI finds it by content
+    folder = submission("dp_basics", "reference")
+    done = subprocess.run([sys.executable, "-m", "autograder.cli", "gradescope", "dp_basics",
+                           "--out", str(tmp_path / "dp_basics-gradescope.zip"),
+                           "--try", str(folder)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith(folder.name))
+    assert "score 100 in" in line and "isolation uid" in line and "status ok" in line, line
+    assert "problem:" not in done.stdout
