@@ -28,7 +28,8 @@ Exit status:
        mismatch, a release self-check, a student folder's check, grader errors in
        a batch, a generator that failed
   2    usage, configuration or assignment error (bad grading.yml, question bank,
-       hidden tests, missing folder), or --require-gpu without a GPU
+       hidden tests, missing folder), a grader that cannot isolate student code,
+       or --require-gpu without a GPU
   130  interrupted (Ctrl-C); run the same command again to resume a batch"""
 
 
@@ -51,9 +52,10 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
     from autograder.project.markers import MarkerError
     from autograder.project.question_bank import QuestionBankError
     from autograder.project.schemas import SchemaError
+    from autograder.sandbox.isolation import IsolationUnavailable
 
-    return (BatchError, ConfigError, GradebookError, GradingError, MarkerError,
-            QuestionBankError, RosterError, SchemaError)
+    return (BatchError, ConfigError, GradebookError, GradingError, IsolationUnavailable,
+            MarkerError, QuestionBankError, RosterError, SchemaError)
 
 
 class _Face(click.Group):
@@ -123,6 +125,21 @@ def _assignment(value: str | None, positional: str | None = None) -> str:
 
 ASSIGNMENT_OPTION = click.option("--assignment", "-a", "assignment",
                                  help="Assignment name, e.g. hw1.")
+UNSAFE_OPTION = click.option(
+    "--unsafe-no-isolation", "unsafe", is_flag=True,
+    help="Run student code WITHOUT isolation, as this user (root included): only to debug the "
+         "engine, never to grade students. Sets AUTOGRADER_UNSAFE_NO_ISOLATION=1; reports say "
+         "so. Without it, a grader that cannot isolate student code refuses to grade.")
+
+
+def _unsafe_opt_in(unsafe: bool) -> None:
+    """--unsafe-no-isolation: for this process and every process it starts."""
+    if unsafe:
+        from autograder.sandbox.isolation import UNSAFE_ENV
+
+        os.environ[UNSAFE_ENV] = "1"
+        click.echo("warning: --unsafe-no-isolation: student code runs WITHOUT isolation "
+                   "(debugging only; never grade students this way)", err=True)
 
 
 @click.group(cls=_Face, epilog=EXIT_CODES)
@@ -142,13 +159,18 @@ def main(root: Path | None, config_path: Path | None) -> None:
               help="Folder for results.json and the reports.")
 @click.option("--require-gpu", is_flag=True,
               help="Fail (exit 2) unless torch sees a CUDA device, instead of applying gpu_policy.")
+@UNSAFE_OPTION
 @project_options
 def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool,
-          project: ProjectChoice) -> None:
-    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html."""
+          unsafe: bool, project: ProjectChoice) -> None:
+    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html.
+
+    Refused (exit 2, nothing written) when student code cannot be isolated here: the error
+    says what failed and how to fix it."""
     from autograder.grading.grade import grade as grade_submission
 
     assignment = _assignment(assignment)
+    _unsafe_opt_in(unsafe)
 
     if require_gpu:
         count, problem = _cuda_device_count()
@@ -407,13 +429,17 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
 @click.option("--only", multiple=True, metavar="SID",
               help="Regrade only this student (sid or submission key); repeatable.")
 @click.option("--detail", is_flag=True, help="grades.csv: also a column per hidden test.")
+@UNSAFE_OPTION
 @project_options
 def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backend: str,
           address: str | None, force: bool, only: tuple[str, ...], detail: bool,
-          project: ProjectChoice) -> None:
+          unsafe: bool, project: ProjectChoice) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
-    per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes."""
+    per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes.
+    Refused at once (exit 2) when student code cannot be isolated on this machine."""
     from autograder.batch.driver import batch as run_batch
+
+    _unsafe_opt_in(unsafe)
 
     try:
         summary = run_batch(submissions, _assignment(assignment), out, jobs=jobs,

@@ -1,7 +1,8 @@
 """The cost of sandbox isolation: grading the reference with and without it, side by side.
 
 Alternates `autograder grade` with the machine's isolation (namespaces, own uid, cgroup) and with
-AUTOGRADER_ISOLATION=none, and prints the medians and their ratio from one run.
+none (the unsafe opt-in AUTOGRADER_UNSAFE_NO_ISOLATION=1), and prints the medians and their
+ratio from one run.
 
     .venv/bin/python bench/isolation_cost.py [--runs 5]
 """
@@ -29,8 +30,8 @@ def main() -> None:
         submission = reference_submission(work / "reference")
         command = grade_command(submission, work / "out")
         compare(runs, ("isolated (machine default)", command, None),
-                ("AUTOGRADER_ISOLATION=none", command,
-                 {**os.environ, "AUTOGRADER_ISOLATION": "none"}))
+                ("AUTOGRADER_UNSAFE_NO_ISOLATION=1", command,
+                 {**os.environ, "AUTOGRADER_UNSAFE_NO_ISOLATION": "1"}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -172,17 +172,23 @@ def part_environment(work: Path) -> dict:
         info["nvidia_smi"] = (smi.stdout or smi.stderr).strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         info["nvidia_smi"] = f"not available: {exc}"
-    from autograder.sandbox.isolation import detect
+    from autograder.sandbox.isolation import IsolationUnavailable, detect
 
-    isolation = detect()
-    info["isolation"] = {"mode": isolation.mode, "protections": isolation.protections}
     gpus = info.get("gpus", 0)
     say(f"python {info['python']} ({PY}), torch {info.get('torch')}, CUDA build "
         f"{info.get('cuda_build')}, {gpus} GPU(s) {info.get('names', [])}")
     say(f"nvidia-smi: {info['nvidia_smi']}")
-    say(f"isolation in force: {isolation.mode} ({'; '.join(isolation.protections)})")
-    if isolation.mode != "namespaces":
-        say(f"note: namespaces refused here: the grader fell back to isolation {isolation.mode!r}")
+    try:
+        isolation = detect()
+    except IsolationUnavailable as exc:  # every grading here would be refused: say why once
+        info["isolation"] = {"mode": "refused", "protections": []}
+        info["problems"].append(f"isolation: {exc}")
+        say(f"isolation refused: {exc}")
+    else:
+        info["isolation"] = {"mode": isolation.mode, "protections": isolation.protections}
+        say(f"isolation in force: {isolation.mode} ({'; '.join(isolation.protections)})")
+        if isolation.mode != "namespaces":
+            say(f"note: namespaces refused here: the grader uses isolation {isolation.mode!r}")
     if not DRY and not gpus:
         info["problems"].append("no GPU: torch.cuda.device_count() == 0 (use GPU_CHECK_DRY=1 "
                                 "on a machine without one)")

@@ -1,5 +1,7 @@
 """The `autograder` command, run as a user would run it."""
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -126,3 +128,36 @@ def test_validate_lists_every_problem_in_one_run(tmp_path):
     assert "the questions add up to 3 points, but grading.yml gives multiple_choice 2" \
         in result.stderr
     assert "assignments/toy/tests/hidden:" in result.stderr and "test_nameless" in result.stderr
+
+
+# ----------------------------------------------------------------------------- fail closed
+
+
+def test_grade_refuses_when_the_isolation_asked_for_cannot_start(tmp_path):
+    env = {**os.environ, "AUTOGRADER_ISOLATION": "uid"}
+    env.pop("AUTOGRADER_UNSAFE_NO_ISOLATION", None)
+    out = tmp_path / "out"
+    result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
+                 str(out), "--config", str(TOY / "grading.yml"), env=env)
+    if result.returncode == 0 and "isolation: uid;" in result.stdout:
+        pytest.skip("uid mode works on this machine")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "error: student code cannot be isolated here (AUTOGRADER_ISOLATION=uid" in \
+        result.stderr and "To fix:" in result.stderr
+    assert "Traceback" not in result.stderr and "total" not in result.stdout
+    assert not (out / "results.json").exists() and not (out / "report.json").exists()
+
+
+def test_grade_without_isolation_only_by_the_unsafe_flag_and_it_says_so(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AUTOGRADER_ISOLATION", "AUTOGRADER_UNSAFE_NO_ISOLATION")}
+    out = tmp_path / "out"
+    result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
+                 str(out), "--config", str(TOY / "grading.yml"), "--unsafe-no-isolation",
+                 env=env)
+    assert result.returncode == 0, result.stderr
+    assert "warning: --unsafe-no-isolation" in result.stderr
+    assert "isolation: none;" in result.stdout and "NOT isolated, by the unsafe opt-in" in \
+        result.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert any("unsafe opt-in" in p for p in report["environment"]["protections"])

@@ -37,6 +37,7 @@ from autograder.grading.late import late_status
 from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.paths import GRADING_CONFIG
+from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
 
 BACKENDS = ("local", "ray")
@@ -88,12 +89,19 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
           only: list[str] | None = None, config_path: Path = GRADING_CONFIG,
           progress: bool = True, detail: bool = False) -> BatchSummary:
     """Grade every submission under `submissions` that needs it; write the class outputs
-    (`detail`: grades.csv gets a column per hidden test)."""
+    (`detail`: grades.csv gets a column per hidden test).
+
+    Refused at once (IsolationUnavailable) where gradings would run on this machine (local
+    workers, or a local Ray instance) and student code cannot be isolated here; on a Ray
+    cluster each worker proves it, and a worker that cannot gives each of its submissions a
+    grader error."""
     started = time.monotonic()
     if backend not in BACKENDS:
         raise BatchError(f"unknown backend {backend!r} (use one of: {', '.join(BACKENDS)})")
     if jobs < 1:
         raise BatchError("--jobs must be at least 1")
+    if backend == "local" or address is None:
+        detect()  # before anyone is graded: not N grader errors for one set-up problem
     spec = load_assignment(assignment, config_path)
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):

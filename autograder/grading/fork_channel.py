@@ -108,9 +108,11 @@ class WarmZygotes:
         return self.channel.fork(json.dumps(request), [control_fd, out_fd])
 
 
+# The isolation settings too (AUTOGRADER_ISOLATION, AUTOGRADER_UNSAFE_NO_ISOLATION): forked
+# runners must prove, or opt out of, the isolation their batch worker asked for.
 _PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
               "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUTOGRADER_ISOLATION",
-              "AUTOGRADER_ROOT", "AUTOGRADER_SANDBOX_SHARE")
+              "AUTOGRADER_UNSAFE_NO_ISOLATION", "AUTOGRADER_ROOT", "AUTOGRADER_SANDBOX_SHARE")
 
 
 def server_env() -> dict[str, str]:

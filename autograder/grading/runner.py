@@ -18,9 +18,9 @@ import pytest
 
 from autograder.grading.job import Job
 from autograder.grading.pytest_plugin import GradingPlugin, write_line
-from autograder.grading.runner_events import Done, Environment
+from autograder.grading.runner_events import Done, Environment, Error
 from autograder.sandbox.client import ZygoteSource
-from autograder.sandbox.isolation import detect
+from autograder.sandbox.isolation import Isolation, IsolationUnavailable, detect
 
 # What the runner may use beyond its size once pytest and torch are imported. A reply is at
 # most 96 MiB and decodes to a few times that at most (see codec.loads and codec._tensor), so
@@ -59,7 +59,12 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     torch.set_num_threads(1)  # little math here; each thread would take address space too
     limit_memory()
     emit = write_line(results_fd)
-    emit(Environment(environment=environment()))
+    try:
+        isolation = detect()  # proven by the parent too; a runner that cannot, grades nothing
+    except IsolationUnavailable as exc:
+        emit(Error(message=str(exc)))
+        return 0
+    emit(Environment(environment=environment(isolation)))
     sys.path.insert(0, job.assignment_dir)  # hidden tests import the assignment's probes.py
     ini = Path(job.output_dir) / "pytest.ini"
     ini.write_text("[pytest]\n")  # ignore any project or submission configuration
@@ -76,13 +81,12 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     return 0
 
 
-def environment() -> dict:
+def environment(isolation: Isolation) -> dict:
     """Where grading runs, for the report."""
     import platform
 
     import torch
 
-    isolation = detect()
     return {"gpus": torch.cuda.device_count(), "torch": torch.__version__,
             "python": platform.python_version(), "isolation": isolation.mode,
             "protections": isolation.protections}

@@ -110,7 +110,8 @@ class Hung(Event):
 
 @dataclass
 class Error(Event):
-    """The hidden tests themselves are broken (not collected, or invalid): the instructor's."""
+    """Grading cannot go on, through no fault of the student: the hidden tests are broken (not
+    collected, or invalid), or student code cannot be isolated here. The instructor's."""
 
     kind: ClassVar[RunnerEvent] = "error"
     message: str

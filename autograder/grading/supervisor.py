@@ -41,7 +41,7 @@ from autograder.project import budgets
 from autograder.project.assignment import Assignment
 from autograder.sandbox.cgroups import remove_left_by
 from autograder.sandbox.folder import prepare_sandbox_dir
-from autograder.sandbox.isolation import UID_RANGE
+from autograder.sandbox.isolation import UID_RANGE, detect
 from autograder.sandbox.processes import (
     ended_text,
     kill_group,
@@ -65,8 +65,10 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Pa
     `runners`: a batch worker's warm runner server, which forks each runner (None: each runner
     is a new interpreter).
 
-    Never raises for a student's fault; GradingError means the hidden tests themselves are broken.
+    Never raises for a student's fault: GradingError means the hidden tests are broken;
+    IsolationUnavailable that student code cannot be isolated here.
     """
+    detect()  # proven before any runner starts: a grader that cannot isolate grades nothing
     config = assignment.config
     sandbox_dir = None
     if files.module is not None:

@@ -40,7 +40,7 @@ def serve(control_fd: int) -> None:
     from autograder.grading import fork_channel, job, runner  # noqa: F401
     from autograder.project import budgets
     from autograder.sandbox import client as sandbox  # noqa: F401
-    from autograder.sandbox.isolation import detect
+    from autograder.sandbox.isolation import IsolationUnavailable, detect
 
     # Everything a warm zygote's workers import, imported here: a fork enters a file-system
     # view where the grader's package is not, so a module imported later fails (simulated
@@ -48,7 +48,10 @@ def serve(control_fd: int) -> None:
     from autograder.sandbox_runtime import simulated_cuda, worker  # noqa: F401
 
     torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
-    detect()  # cached: forked runners inherit the proven isolation
+    try:
+        detect()  # cached: forked runners inherit the proven isolation
+    except IsolationUnavailable:
+        pass  # not cached: each forked runner says why, and grades nothing
     budgets.calibration_seconds()  # once per worker: forked runners inherit the machine factor
     # What is imported now stays: the collector never walks it again in a forked runner or
     # zygote (fewer pages copied on write, cheaper collections).

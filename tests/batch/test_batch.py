@@ -325,3 +325,19 @@ def test_one_batch_at_a_time_per_output_folder_and_missing_reports_are_regraded(
     again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
     assert (again.graded, again.skipped) == (1, N - 1)
     assert (out / "reports" / "carol" / "report.html").is_file()
+
+
+def test_a_batch_where_student_code_cannot_be_isolated_is_refused_before_anyone_is_graded(
+        tmp_path, monkeypatch):
+    from autograder.sandbox.isolation import IsolationUnavailable
+
+    monkeypatch.setenv("AUTOGRADER_ISOLATION", "uid")
+    monkeypatch.delenv("AUTOGRADER_UNSAFE_NO_ISOLATION", raising=False)
+    submissions = make_class(tmp_path / "s", {"alice": GOOD, "bob": GOOD})
+    try:
+        batch(submissions, "toy", tmp_path / "out", config_path=CONFIG, progress=False)
+    except IsolationUnavailable as exc:
+        assert "AUTOGRADER_ISOLATION=uid" in str(exc) and "To fix:" in str(exc)
+    else:
+        pytest.skip("uid mode works on this machine")
+    assert not (tmp_path / "out").exists()  # not N grader errors: nothing at all

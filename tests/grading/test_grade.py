@@ -115,7 +115,7 @@ def scale(x):
 
 def test_hostile_functions_lose_only_their_own_tests(tmp_path, monkeypatch):
     # Without isolation the student can reach (and kill) the runner; grading must survive it.
-    monkeypatch.setenv("AUTOGRADER_ISOLATION", "none")
+    monkeypatch.setenv("AUTOGRADER_UNSAFE_NO_ISOLATION", "1")
     report, results, tests = run(tmp_path, submit(tmp_path, HOSTILE))
     assert tests["add: adds two integers"].status == "failed"
     assert "cannot check" in tests["add: adds two integers"].message

@@ -318,6 +318,13 @@ class Graded:
     def isolation(self) -> str:
         return self.report["environment"].get("isolation", "?")
 
+    @property
+    def refused(self) -> str:
+        """Why the grader refused to grade (student code could not be isolated as asked), or
+        '' when it did not refuse."""
+        found = re.search(r"IsolationUnavailable: (.*)", self.stderr)
+        return found.group(1) if found and self.returncode != 0 else ""
+
     def part(self, name: str) -> float:
         return next(p["score"] for p in self.report["parts"] if p["name"] == name)
 
@@ -347,7 +354,10 @@ class Spec:
                what to grade (a zip, say)
     isolated:  True when the submission is only safe, or only meaningful, inside the sandbox's
                namespaces: it is not graded (its tests skip) on a machine without them
-    isolation: "none" to grade with AUTOGRADER_ISOLATION=none
+    isolation: a mode to insist on (AUTOGRADER_ISOLATION=uid, say): where it cannot start,
+               the grader refuses and `Graded.refused` says why
+    unsafe_no_isolation: True to grade with the unsafe opt-in AUTOGRADER_UNSAFE_NO_ISOLATION=1
+               (no isolation at all, whoever runs it)
     short:     True to grade with a 12 s limit on the whole coding part
     no_cgroup: True to grade (as root) in a mount namespace whose /sys/fs/cgroup is an empty
                tmpfs, so that no sandbox gets a cgroup (as in a default Docker container)
@@ -360,6 +370,7 @@ class Spec:
     build: Callable[[Path], Path] | None = None
     isolated: bool = False
     isolation: str | None = None
+    unsafe_no_isolation: bool = False
     short: bool = False
     no_cgroup: bool = False
     slow: bool = False
@@ -380,7 +391,7 @@ class Grader:
         from autograder.sandbox.isolation import detect
 
         self.base, self.secrets = base, secrets
-        self.isolation = detect().mode  # what gradings here get (AUTOGRADER_ISOLATION too)
+        self.isolation = detect().mode  # what gradings here get (the environment's settings)
         self.pool = ThreadPoolExecutor(max_workers=JOBS, thread_name_prefix="redteam")
         self.futures: dict[str, Future] = {}
         self.lock = threading.Lock()
@@ -447,6 +458,8 @@ class Grader:
         env["TMPDIR"] = str(workdirs)  # the grader's temporary folder, to check it is removed
         if spec.isolation:
             env["AUTOGRADER_ISOLATION"] = spec.isolation
+        if spec.unsafe_no_isolation:
+            env["AUTOGRADER_UNSAFE_NO_ISOLATION"] = "1"
         config = self.secrets.short_config if spec.short else self.secrets.config
         command = [sys.executable, "-c", GRADE_SCRIPT, str(target), str(out), str(config)]
         if spec.no_cgroup:

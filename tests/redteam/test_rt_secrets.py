@@ -70,7 +70,7 @@ SUBMISSIONS = {
         isolated=True),
     "read_without_isolation": dict(
         files={"toy.py": SMUGGLER.format(kinds=("absolute",), walk=False), "answers.yml": ANSWERS},
-        isolation="none"),
+        unsafe_no_isolation=True),
     "toy_is_a_symlink_to_the_solution": dict(
         symlinks={"toy.py": "@@SECRET:3@@", "answers.yml": "@@SECRET:1@@"}),
     "import_the_grader": dict(isolated=True, files={"answers.yml": ANSWERS, "toy.py": """
@@ -151,10 +151,12 @@ def test_paths_guessed_from_the_layout_and_a_crawl_find_nothing(graded, secrets)
 
 @pytest.mark.submission("read_without_isolation")
 def test_calibration_without_isolation_the_same_hunter_does_leak(graded, secrets):
-    """The hunters above are real: with AUTOGRADER_ISOLATION=none (documented as not graded,
-    and said so in the report) the same code reads the canary and the reports show it."""
+    """The hunters above are real: with the unsafe opt-in AUTOGRADER_UNSAFE_NO_ISOLATION=1
+    (documented as never for grading, and said so in the report) the same code reads the canary
+    and the reports show it."""
     assert graded.isolation == "none"
-    assert any("NOT isolated" in p for p in graded.report["environment"]["protections"])
+    assert any("NOT isolated, by the unsafe opt-in" in p
+               for p in graded.report["environment"]["protections"])
     assert secrets.canary in graded.message(DIVIDE_ZERO)
     assert secrets.canary in graded.tests[SCALE]["output"]
     # Even then the score is only what the honest part earns.

@@ -251,9 +251,9 @@ SUBMISSIONS = {
     "write_results_and_reports": dict(files={"toy.py": WRITER, "answers.yml": ANSWERS},
                                       isolated=True),
     "write_results_without_isolation": dict(files={"toy.py": WRITER, "answers.yml": ANSWERS},
-                                            isolation="none"),
+                                            unsafe_no_isolation=True),
     "shadow_the_runner_without_isolation": dict(
-        files={"toy.py": SHADOWER, "answers.yml": ANSWERS}, isolation="none"),
+        files={"toy.py": SHADOWER, "answers.yml": ANSWERS}, unsafe_no_isolation=True),
     "planted_pytest_configuration": dict(files=PLANTED_PYTEST),
     "planted_startup_files_in_a_zip": dict(build=_zip_of(PLANTED_STARTUP)),
     "pickle_payload": dict(files={"toy.py": PICKLER, "answers.yml": ANSWERS},

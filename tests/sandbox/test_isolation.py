@@ -1,4 +1,6 @@
-"""The isolation launcher on its own: what a sandbox process can and cannot do in its namespaces.
+"""The isolation launcher on its own: what a sandbox process can and cannot do in its namespaces;
+and `detect`, which fails closed: a mode that was asked for and cannot start, or root where no
+mode starts, is an error, never a quiet `none`.
 
 The user-namespace mode is what a TA without root gets; as root (here, CI and Gradescope) the
 launcher can be asked for it explicitly."""
@@ -16,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from autograder.sandbox.folder import sandbox_env
-from autograder.sandbox.isolation import Isolation, prepare_folder, sandbox_ids, wrap
+from autograder.sandbox.isolation import (
+    Isolation,
+    IsolationUnavailable,
+    detect,
+    prepare_folder,
+    sandbox_ids,
+    wrap,
+)
 
 ESCAPES = textwrap.dedent('''
     import json, os, sys
@@ -181,3 +190,96 @@ def test_kill_uid_kills_every_process_of_a_sandbox_uid_even_detached_ones():
             break
         time.sleep(0.1)
     assert of_uid() == []
+
+
+# ----------------------------------------------------------------------------- detect: fail closed
+
+
+def closed_to_others(path: Path) -> Path | None:
+    """The first folder on the way to `path` that other users cannot enter."""
+    for part in reversed(path.parents):
+        if not part.stat().st_mode & 0o001:
+            return part
+    return None
+
+
+def test_a_forced_uid_mode_that_cannot_start_here_is_an_error_that_says_why(monkeypatch):
+    monkeypatch.setenv("AUTOGRADER_ISOLATION", "uid")
+    monkeypatch.delenv("AUTOGRADER_UNSAFE_NO_ISOLATION", raising=False)
+    try:
+        found = detect()
+    except IsolationUnavailable as exc:
+        message = str(exc)
+    else:
+        assert found.mode == "uid"  # insisted on: never another mode
+        pytest.skip("uid mode works on this machine")
+    assert message.startswith("student code cannot be isolated here (AUTOGRADER_ISOLATION=uid"
+                              ) or "needs the grader to run as root" in message, message
+    if os.geteuid() == 0:
+        # The launcher's own reason, and (where the venv's Python is private, as here under
+        # /root) the folder that keeps the sandbox's uid out of it.
+        assert "uid mode failed: isolation launcher: " in message, message
+        closed = closed_to_others(Path(os.path.realpath(sys.executable)))
+        if closed is not None:
+            assert f"{closed} has mode " in message and "cannot enter it" in message, message
+        assert "must be readable and executable by other users" in message
+    assert "AUTOGRADER_UNSAFE_NO_ISOLATION=1" in message  # the unsafe way out is named
+
+
+@pytest.mark.parametrize("value", ["none", "off", "namespace", "uid "])
+def test_an_unknown_mode_and_the_old_none_are_refused_naming_the_opt_in(monkeypatch, value):
+    monkeypatch.setenv("AUTOGRADER_ISOLATION", value)
+    monkeypatch.delenv("AUTOGRADER_UNSAFE_NO_ISOLATION", raising=False)
+    with pytest.raises(IsolationUnavailable) as refused:
+        detect()
+    message = str(refused.value)
+    assert f"AUTOGRADER_ISOLATION={value!r} is not accepted: use namespaces or uid" in message
+    assert "AUTOGRADER_UNSAFE_NO_ISOLATION=1 (or --unsafe-no-isolation)" in message
+
+
+def test_the_unsafe_opt_in_gives_none_and_says_so(monkeypatch):
+    monkeypatch.delenv("AUTOGRADER_ISOLATION", raising=False)
+    monkeypatch.setenv("AUTOGRADER_UNSAFE_NO_ISOLATION", "1")
+    found = detect()
+    assert (found.mode, found.unsafe) == ("none", True)
+    assert any(p.startswith("NOT isolated, by the unsafe opt-in AUTOGRADER_UNSAFE_NO_ISOLATION=1")
+               and "never for grading students" in p for p in found.protections)
+    # Isolation asked for and refused at once: neither wins quietly.
+    monkeypatch.setenv("AUTOGRADER_ISOLATION", "namespaces")
+    with pytest.raises(IsolationUnavailable, match="ask for isolation and for none"):
+        detect()
+    monkeypatch.delenv("AUTOGRADER_ISOLATION")
+    monkeypatch.setenv("AUTOGRADER_UNSAFE_NO_ISOLATION", "yes")
+    with pytest.raises(IsolationUnavailable, match="is neither 1"):
+        detect()
+    monkeypatch.setenv("AUTOGRADER_UNSAFE_NO_ISOLATION", "0")
+    assert not detect().unsafe
+
+
+def test_as_root_where_no_mode_starts_grading_is_refused_not_unisolated():
+    """Root of a user namespace that maps no other uid: no sandbox uid can exist, so neither
+    namespaces (as root they drop to one) nor uid mode starts; detect refuses, naming both."""
+    script = textwrap.dedent("""
+        import os
+        from autograder.sandbox.isolation import IsolationUnavailable, detect
+        assert os.geteuid() == 0
+        try:
+            print("detected", detect())
+        except IsolationUnavailable as exc:
+            print("refused", exc)
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AUTOGRADER_ISOLATION", "AUTOGRADER_UNSAFE_NO_ISOLATION")}
+    try:
+        result = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c",
+                                 script], capture_output=True, text=True, timeout=120, env=env,
+                                cwd=Path(__file__).resolve().parents[2])
+    except FileNotFoundError:
+        pytest.skip("no unshare here")
+    if result.returncode != 0 and "unshare" in result.stderr:
+        pytest.skip(f"user namespaces are not permitted here: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("refused student code cannot be isolated here (the grader "
+                                    "runs as root"), result.stdout
+    assert "namespaces mode failed: " in result.stdout and "uid mode failed: " in result.stdout
+    assert "--cap-add SYS_ADMIN" in result.stdout
