@@ -28,8 +28,8 @@ Exit status:
        mismatch, a release self-check, a student folder's check, grader errors in
        a batch, a generator that failed
   2    usage, configuration or assignment error (bad grading.yml, question bank,
-       hidden tests, missing folder), a grader that cannot isolate student code,
-       or --require-gpu without a GPU
+       hidden tests, missing folder), a grader that cannot isolate student code or
+       start its sandbox, or --require-gpu without a GPU
   130  interrupted (Ctrl-C); run the same command again to resume a batch"""
 
 
@@ -165,8 +165,8 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
           unsafe: bool, project: ProjectChoice) -> None:
     """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html.
 
-    Refused (exit 2, nothing written) when student code cannot be isolated here: the error
-    says what failed and how to fix it."""
+    Refused (exit 2, nothing written) when student code cannot be isolated here or its sandbox
+    cannot start: the error says what failed and how to fix it."""
     from autograder.grading.grade import grade as grade_submission
 
     assignment = _assignment(assignment)

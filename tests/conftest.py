@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import textwrap
 from collections.abc import Callable
@@ -43,3 +44,26 @@ def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
     yield make
     for sandbox in made:
         sandbox.close()
+
+
+TOY = Path(__file__).resolve().parent / "fixtures" / "toy"
+
+
+@pytest.fixture
+def sandbox_cannot_start(tmp_path: Path) -> Path:
+    """The grading.yml of a copy of the toy course whose sandboxes cannot start, for real: its
+    probes.py (2 MB) does not fit in the 1 MiB tmpfs its limits give a sandbox's folder, so the
+    isolation launcher fails to copy it there (only namespaces mode copies the folder)."""
+    from autograder.sandbox.isolation import detect
+
+    if detect().mode != "namespaces":
+        pytest.skip("only namespaces mode copies the sandbox folder into a tmpfs")
+    course = tmp_path / "unstartable"
+    shutil.copytree(TOY, course)
+    config = course / "grading.yml"
+    text = config.read_text()
+    assert "output_kb: 4}" in text
+    config.write_text(text.replace("output_kb: 4}", "output_kb: 4, disk_mb: 1}"))
+    with open(course / "assignments" / "toy" / "probes.py", "a") as probes:
+        probes.write("\n# more than a 1 MiB disk holds\n" + ("#" * 99 + "\n") * 20000)
+    return config

@@ -148,6 +148,20 @@ def test_grade_refuses_when_the_isolation_asked_for_cannot_start(tmp_path):
     assert not (out / "results.json").exists() and not (out / "report.json").exists()
 
 
+def test_grade_with_a_sandbox_that_cannot_start_fails_as_the_graders_error(
+        tmp_path, sandbox_cannot_start):
+    out = tmp_path / "out"
+    result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
+                 str(out), "--config", str(sandbox_cannot_start))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "error: the sandbox could not start: the isolation launcher failed: the sandbox " \
+           "folder could not be copied into its tmpfs (1 MiB" in result.stderr
+    assert "No space left on device" in result.stderr
+    # Never the student's failure: no score, no "your code" anything.
+    assert "could not start a process for your code" not in result.stdout + result.stderr
+    assert "total" not in result.stdout and not (out / "results.json").exists()
+
+
 def test_grade_without_isolation_only_by_the_unsafe_flag_and_it_says_so(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("AUTOGRADER_ISOLATION", "AUTOGRADER_UNSAFE_NO_ISOLATION")}

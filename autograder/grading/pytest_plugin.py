@@ -440,6 +440,13 @@ class GradingPlugin:
         self.emit(Start(nodeid=item.nodeid))
         started = time.monotonic()
         yield
+        unavailable = self.sandbox.unavailable if self.sandbox is not None else None
+        if unavailable is not None:
+            # The grader's failure, never the student's: no verdict on this test or any other;
+            # the parent stops grading this submission (a grading error).
+            self.emit(Error(message=f"the sandbox could not start: {unavailable}"))
+            item.session.shouldstop = "the sandbox could not start"
+            return
         result = self.outcomes.get(item.nodeid) or {
             "status": "failed", "message": "the test ended without an outcome"}
         output, cut = self._take_output()

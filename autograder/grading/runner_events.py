@@ -111,7 +111,7 @@ class Hung(Event):
 @dataclass
 class Error(Event):
     """Grading cannot go on, through no fault of the student: the hidden tests are broken (not
-    collected, or invalid), or student code cannot be isolated here. The instructor's."""
+    collected, or invalid), or the sandbox cannot be isolated or started. The instructor's."""
 
     kind: ClassVar[RunnerEvent] = "error"
     message: str

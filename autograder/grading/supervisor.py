@@ -54,7 +54,9 @@ MAX_RUNNER_STARTS = 4
 
 
 class GradingError(RuntimeError):
-    """The assignment itself is broken (invalid hidden tests): an instructor's problem."""
+    """Grading cannot go on, through no fault of the student: the assignment is broken
+    (invalid hidden tests), or the sandbox could not start. An instructor's problem: no report
+    is written (on Gradescope, the fallback asks the student to contact staff)."""
 
 
 def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Path,
@@ -65,8 +67,8 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Pa
     `runners`: a batch worker's warm runner server, which forks each runner (None: each runner
     is a new interpreter).
 
-    Never raises for a student's fault: GradingError means the hidden tests are broken;
-    IsolationUnavailable that student code cannot be isolated here.
+    Never raises for a student's fault: GradingError means the hidden tests are broken or the
+    sandbox could not start; IsolationUnavailable that student code cannot be isolated here.
     """
     detect()  # proven before any runner starts: a grader that cannot isolate grades nothing
     config = assignment.config

@@ -3,7 +3,8 @@
 A sandbox is a separate `python -I -S -B` process whose sys.path holds the standard library,
 site-packages and the sandbox folder (the student's files, the assignment's `probes.py` and the
 worker). Replies are JSON decoded by `codec.decode`; a crash, exit or hang becomes a
-`SandboxFailure` naming what the student's code was doing.
+`SandboxFailure` naming what the student's code was doing. A sandbox that cannot start before
+any student code ran in it is `SandboxUnavailable`: the grader's failure, not the student's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autograder.project.config import SandboxLimits
+from autograder.project.inert import inert
 from autograder.sandbox.cgroups import Cgroup
 from autograder.sandbox.folder import boot, sandbox_env
 from autograder.sandbox.isolation import (
@@ -41,9 +43,11 @@ from autograder.sandbox.isolation import (
     sandbox_ids,
     wrap,
 )
+from autograder.sandbox.launcher import FAILED as LAUNCHER_FAILED
 from autograder.sandbox.launcher import install_seccomp
 from autograder.sandbox.processes import (
     children_of,
+    ended_text,
     free_port,
     gpu_device_present,
     kill_group,
@@ -61,6 +65,14 @@ _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 
 class SandboxFailure(Exception):
     """Student code crashed, exited, hung or could not be imported or checked."""
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox could not start: its first process could not be started, or the isolation
+    launcher failed, or the zygote ended or hung before it served any worker (it never imports
+    student code, so none had run in it). The grader's failure, never the student's: grading
+    stops for the whole submission (see pytest_plugin). Not a SandboxFailure, which says that
+    the student's code failed."""
 
 
 class SandboxTimeout(SandboxFailure):
@@ -222,11 +234,24 @@ class Zygote:
                  isolation: Isolation, ids: tuple[int, int] | None,
                  starts: Starts = Starts()) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Where its own lines begin in a log earlier zygotes (and their workers) wrote to.
+        self.log_path, self._log_start = log_path, _size(log_path)
         self.cgroup = Cgroup.create(sandbox_memory_bytes(limits.memory_bytes),
                                     limits.max_processes)
-        self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
-                           (theirs.fileno(),), isolation, ids, self.cgroup, starts)
+        try:
+            self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
+                               (theirs.fileno(),), isolation, ids, self.cgroup, starts)
+        except BaseException:
+            ours.close()
+            theirs.close()
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
         self.starts = starts
+        # Whether it has forked a worker (which imports student code): a failure before that
+        # is the grader's; after it, that code may have killed it (in `uid` mode a worker has
+        # the zygote's uid).
+        self.served = False
         theirs.close()
         self._socket = ours
         self._spawned: queue.Queue[int | None] = queue.Queue()
@@ -280,6 +305,9 @@ class Zygote:
         finally:
             for fd in (request_r, reply_w, out):
                 os.close(fd)
+        first = not self.served
+        if pid is not None:
+            self.served = True  # a worker exists: student code may run in it from now on
         # Only a child of this zygote may be signalled later: a forged pid is refused. (In its
         # own PID namespace the zygote reports namespace pids, which mean nothing out here.)
         reported, pid = pid, self._host_pid(pid) if pid is not None else None
@@ -292,11 +320,31 @@ class Zygote:
         if pid is None:
             for fd in (request_w, reply_r):
                 os.close(fd)
+            why = self._why_not_started(timeout) if first and reported is None else None
             self.close()
-            raise SandboxFailure("the sandbox could not start a process for your code")
+            if why is not None:
+                raise SandboxUnavailable(why)
+            raise SandboxFailure("the sandbox could not start a process for your code: its "
+                                 "parent process ended after your code ran in it")
         self.starts.started(pid)
         _oom_victim_first(pid)
         return pid, request_w, reply_r
+
+    def _why_not_started(self, waited: float) -> str:
+        """Why this zygote never served a worker: how it ended, with the last line of its log
+        (the launcher's reason, or a traceback's last line), which only the launcher and the
+        zygote wrote: no student code has run in it."""
+        try:
+            code = self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return (f"the sandbox's first process did not answer within "
+                    f"{seconds_text(waited)} s")
+        said = _last_line(self.log_path, self._log_start)
+        if code == LAUNCHER_FAILED:
+            return "the isolation launcher failed: " + (
+                said.removeprefix("isolation launcher: ") or ended_text(code))
+        return (f"the sandbox's first process ended ({ended_text(code)}) before it ran any "
+                "student code" + (f": {said}" if said else ""))
 
     def reported_pid(self, pid: int) -> int:
         """The pid the zygote uses for its child `pid` (its namespace's, when namespaced)."""
@@ -350,6 +398,27 @@ class Zygote:
         if self.cgroup is not None:
             self.cgroup.remove()
         self._socket.close()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _last_line(log: Path, start: int, size: int = 8192) -> str:
+    """The isolation launcher's last line in `log` after `start` ("isolation launcher: ..."),
+    else the last line there at all; bounded, one line, inert."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(start, f.seek(0, os.SEEK_END) - size))
+            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [line for line in lines if line]
+    said = [line for line in lines if line.startswith("isolation launcher: ")]
+    return inert((said or lines or [""])[-1], single_line=True)[:500]
 
 
 def _oom_victim_first(pid: int) -> None:
@@ -496,6 +565,8 @@ class Sandbox:
         self._import_hang: str | None = None
         self._budget: float | None = None
         self._output_offset = 0
+        # Set once a zygote could not start (the grader's failure): nothing is tried again.
+        self.unavailable: SandboxUnavailable | None = None
         # Time spent starting zygotes (the grader's, not the student's): tests' budgets are
         # extended by it (see pytest_plugin.Student).
         self.grader_seconds = 0.0
@@ -505,16 +576,26 @@ class Sandbox:
         if self._zygote is None or not self._zygote.alive:
             if self._zygote is not None:
                 self._zygote.close()
+            self._zygote = None
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
-            self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation, self.ids,
-                                  self.starts)
+            try:
+                self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation,
+                                      self.ids, self.starts)
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise SandboxUnavailable(f"the sandbox's first process could not be started "
+                                         f"({type(exc).__name__}: {exc})") from None
         return self._zygote
 
     def _fork(self, mode: str, output_path: Path, gpus: int) -> _Process:
         """A fresh worker; the time it takes (a zygote's start included) is the grader's."""
+        if self.unavailable is not None:
+            raise self.unavailable
         started = time.monotonic()
         try:
             return _Process(self.zygote(), self.module_name, mode, output_path, gpus)
+        except SandboxUnavailable as exc:
+            self.unavailable = exc
+            raise
         finally:
             self.grader_seconds += time.monotonic() - started
 

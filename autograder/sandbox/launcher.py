@@ -32,6 +32,7 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, LINUX_CAPABILITY_VERSION_3 = 47, 4, 0x
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+FAILED = 121  # the exit status of a launcher that could not isolate (it says why on stderr)
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -167,7 +168,13 @@ def build_root(spec: dict) -> str:
     work = root + spec["cwd"]
     os.makedirs(work)
     mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=700,size={spec['disk_bytes']}")
-    shutil.copytree(spec["cwd"], work, symlinks=True, dirs_exist_ok=True)
+    try:
+        shutil.copytree(spec["cwd"], work, symlinks=True, dirs_exist_ok=True)
+    except shutil.Error as exc:  # a list of (source, target, why), one per file: say the first
+        why = exc.args[0][0][2] if exc.args and exc.args[0] else exc
+        raise OSError(f"the sandbox folder could not be copied into its tmpfs "
+                      f"({spec['disk_bytes'] / 2**20:g} MiB: grading.yml's limits.disk_mb): "
+                      f"{why}") from None
     if spec["uid"] is not None:
         for folder, dirs, files in os.walk(work):
             for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
@@ -328,4 +335,4 @@ if __name__ == "__main__":  # run as `python -I -S -c <this file's text>`
         main()
     except BaseException as exc:  # noqa: BLE001 - say why isolation failed, then fail
         print(f"isolation launcher: {exc}", file=sys.stderr, flush=True)
-        os._exit(121)
+        os._exit(FAILED)

@@ -341,3 +341,17 @@ def test_a_batch_where_student_code_cannot_be_isolated_is_refused_before_anyone_
     else:
         pytest.skip("uid mode works on this machine")
     assert not (tmp_path / "out").exists()  # not N grader errors: nothing at all
+
+
+def test_a_sandbox_that_cannot_start_is_a_grader_error_never_the_students(
+        tmp_path, sandbox_cannot_start):
+    submissions = make_class(tmp_path / "s", {"alice": GOOD})
+    out = tmp_path / "out"
+    summary = batch(submissions, "toy", out, config_path=sandbox_cannot_start, progress=False)
+    assert (summary.graded, summary.failed, summary.statuses) == (0, 1, {"grader_error": 1})
+    with Gradebook(out / "gradebook.sqlite") as book:
+        [row] = book.latest()
+    assert row.report is None  # no verdict on the student's code
+    assert "the sandbox could not start: the isolation launcher failed" in row.error
+    assert row.status.status == "grader_error"
+    assert not (out / "reports" / "alice").exists()  # nothing published (retried next run)

@@ -58,8 +58,10 @@ def autograder_root(base: Path, bundle: Path, files: dict[str, str],
     return root
 
 
-def run_autograder(root: Path, python: str = sys.executable) -> tuple[dict, str]:
-    env = {**os.environ, "AUTOGRADER_GRADESCOPE_ROOT": str(root), "AUTOGRADER_PYTHON": python}
+def run_autograder(root: Path, python: str = sys.executable,
+                   env: dict[str, str] | None = None) -> tuple[dict, str]:
+    env = {**(os.environ if env is None else env), "AUTOGRADER_GRADESCOPE_ROOT": str(root),
+           "AUTOGRADER_PYTHON": python}
     proc = subprocess.run([str(root / "run_autograder")], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # Gradescope reads results.json only
@@ -166,6 +168,47 @@ def test_results_even_when_python_cannot_start(bundle: Path, tmp_path: Path) -> 
     assert "contact the instructor" in results["output"]
     assert "could not start (exit status 127)" in results["output"]
     assert "wrote no results.json" in output
+
+
+def _unstartable_sandbox(root: Path) -> None:
+    """The bundle's sandboxes cannot start: probes.py (2 MB) does not fit in the sandbox's 1 MiB
+    tmpfs, so the isolation launcher fails (in namespaces mode, the only one that copies it)."""
+    from autograder.sandbox.isolation import detect
+
+    if detect().mode != "namespaces":
+        pytest.skip("only namespaces mode copies the sandbox folder into a tmpfs")
+    config = root / "source" / "grading.yml"
+    text = config.read_text()
+    assert "      memory_mb: 4096\n" in text
+    config.write_text(text.replace("      memory_mb: 4096\n", "      memory_mb: 4096\n"
+                                                              "      disk_mb: 1\n", 1))
+    with open(root / "source" / "assignments" / "dp_basics" / "probes.py", "a") as probes:
+        probes.write("\n# more than a 1 MiB disk holds\n" + ("#" * 99 + "\n") * 20000)
+
+
+@pytest.mark.parametrize("broken", ["isolation asked for cannot start", "sandbox cannot start"])
+def test_a_grader_that_cannot_isolate_or_start_a_sandbox_asks_the_student_to_contact_staff(
+        bundle: Path, tmp_path: Path, broken: str) -> None:
+    root = autograder_root(tmp_path, bundle, SUBMISSIONS["reference"][0])
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRADER_UNSAFE_NO_ISOLATION"}
+    if broken == "sandbox cannot start":
+        _unstartable_sandbox(root)
+        told = "the sandbox could not start: the isolation launcher failed"
+    else:
+        env["AUTOGRADER_ISOLATION"] = "uid"
+        told = "student code cannot be isolated here (AUTOGRADER_ISOLATION=uid"
+    results, output = run_autograder(root, env=env)
+    if results.get("score") and broken != "sandbox cannot start":
+        pytest.skip("uid mode works on this machine")
+    # The student: no verdict, the grader's failure, ask the staff. Never "your code failed".
+    assert results["score"] == 0 and results["tests"] == []
+    assert results["output"].startswith("The autograder failed on its side") and \
+        "contact the instructor (course staff)" in results["output"]
+    assert "your code" not in results["output"]
+    # The instructor (run_autograder's output, kept by Gradescope): what failed, how to fix it.
+    assert told in output and "writing a fallback results.json" in output
+    if broken != "sandbox cannot start":
+        assert "To fix:" in output
 
 
 @pytest.mark.parametrize("error", ["", "Traceback ...\nKeyError: 'x'", "é\x00\"\\" * 3000])

@@ -199,6 +199,19 @@ def test_grading_uses_the_strongest_isolation_this_machine_supports(tmp_path):
     assert report.environment["protections"] == detect().protections
 
 
+def test_a_sandbox_that_cannot_start_is_a_grading_error_with_no_report(tmp_path,
+                                                                       sandbox_cannot_start):
+    """The grader's failure: no report (so no score and no "your code failed" for any test),
+    and GradingError, which `autograder grade` turns into exit 2 (Gradescope's fallback)."""
+    from autograder.grading.supervisor import GradingError
+
+    out = tmp_path / "out"
+    with pytest.raises(GradingError, match="^the sandbox could not start: the isolation "
+                                           "launcher failed: "):
+        grade(submit(tmp_path), "toy", out, sandbox_cannot_start)
+    assert not (out / "results.json").exists() and not (out / "report.json").exists()
+
+
 def test_multiple_choice_right_or_wrong_after_the_due_date_problems_at_once(tmp_path):
     """grading.yml's default: per-question correctness `after_due_date` (resubmissions would
     give the key away), unanswered and malformed answers `visible`, the totals visible."""

@@ -7,7 +7,9 @@ import time
 import pytest
 import torch
 
-from autograder.sandbox.client import SandboxFailure, StudentError
+from autograder.sandbox.client import SandboxFailure, SandboxUnavailable, StudentError
+from autograder.sandbox.isolation import detect
+from autograder.sandbox.processes import gpu_device_present
 
 STUDENT = """
 import os, signal, sys, time
@@ -224,3 +226,59 @@ def test_sandbox_process_leads_its_own_process_group(make_sandbox):
     pid = sandbox._process.pid
     assert os.getpgid(pid) == pid != os.getpgid(0)
     assert signal.SIGKILL  # the group is what restart() kills
+
+
+# ----------------------------------------------------------------------------- whose failure
+
+
+def test_a_sandbox_whose_launcher_fails_is_the_graders_failure_and_not_retried(make_sandbox):
+    """The launcher cannot copy the sandbox folder into a 4 KiB tmpfs: SandboxUnavailable (the
+    grader's), never a SandboxFailure (the student's); later calls fail at once the same way."""
+    if detect().mode != "namespaces":
+        pytest.skip("only namespaces mode copies the sandbox folder into a tmpfs")
+    sandbox = make_sandbox(STUDENT, disk_bytes=4096)
+    with pytest.raises(SandboxUnavailable) as first:
+        sandbox.call("add", (1, 1), {})
+    message = str(first.value)
+    assert message.startswith("the isolation launcher failed: the sandbox folder could not be "
+                              "copied into its tmpfs"), message
+    assert "No space left on device" in message
+    assert not isinstance(first.value, SandboxFailure)
+    assert "could not start a process for your code" not in message
+    started = time.monotonic()
+    with pytest.raises(SandboxUnavailable) as again:
+        sandbox.run_ranks("rank_value", 2, (10,), 60, sandbox.sandbox_dir.parent, "add")
+    assert again.value is first.value and time.monotonic() - started < 1
+
+
+def test_a_zygote_that_ends_before_serving_a_worker_is_the_graders_failure(make_sandbox):
+    """Under an address-space limit torch cannot be loaded in, the zygote ends before it forks
+    any worker: no student code ran, so it is the grader's (a limit set too low)."""
+    if gpu_device_present():
+        pytest.skip("a GPU grader lifts the address-space limit")
+    sandbox = make_sandbox(STUDENT, memory_bytes=256 << 20)
+    with pytest.raises(SandboxUnavailable, match=r"^the sandbox's first process ended \(exit "
+                                                 r"status 1\) before it ran any student code: "
+                                                 r"ImportError"):
+        sandbox.call("add", (1, 1), {})
+
+
+def test_a_zygote_gone_after_it_served_a_worker_is_the_students_failure_before_the_graders(
+        make_sandbox, tmp_path):
+    """Once a zygote has forked a worker, student code ran beside it and may have killed it
+    (in `uid` mode a worker has its uid): a failure to fork from it is the student's. A zygote
+    gone before it served anyone is the grader's."""
+    served = make_sandbox(STUDENT)
+    assert served.call("add", (1, 1), {}) == 2
+    zygote = served.zygote()
+    os.killpg(zygote.popen.pid, signal.SIGKILL)  # the launcher, and its namespace's PID 1
+    zygote.popen.wait()
+    with pytest.raises(SandboxFailure, match="its parent process ended after your code ran"):
+        zygote.spawn("serve", "dp_basics", tmp_path / "served.log")
+
+    fresh = make_sandbox(STUDENT).zygote()
+    os.killpg(fresh.popen.pid, signal.SIGKILL)
+    fresh.popen.wait()
+    with pytest.raises(SandboxUnavailable, match=r"ended \(signal SIGKILL\) before it ran any "
+                                                 "student code"):
+        fresh.spawn("serve", "dp_basics", tmp_path / "fresh.log")
