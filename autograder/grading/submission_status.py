@@ -69,6 +69,8 @@ _FLAG_MESSAGES = {
         "killed the grading process (a signal to the grader)",
     "ended when its sandbox's parent process was killed":
         "killed its sandbox's parent process",
+    "its parent process ended after your code ran in it":
+        "its sandbox's parent process ended after its code ran (killed by it?)",
     "sent back an unreadable reply": "sent a reply over the size limit or malformed",
     "the result was too large to check": "sent a reply too large to check",
     "is not allowed in the sandbox": "tried the network (refused)",

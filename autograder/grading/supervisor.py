@@ -13,7 +13,6 @@ import contextvars
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from autograder.sandbox.processes import (
     ended_text,
     kill_group,
     kill_if_same,
+    kill_uid,
     process_start_time,
     seconds_text,
 )
@@ -315,23 +315,3 @@ def _uid_of(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process of `uid` (root only): a child that takes that uid and calls
-    kill(-1), which the kernel delivers to all of the uid's processes at once (a process
-    killed mid-fork leaves no child behind)."""
-    if os.geteuid() != 0:
-        return
-    for _ in range(2):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-                os.kill(-1, signal.SIGKILL)
-            except BaseException:  # noqa: BLE001, S110 - nothing to kill is fine
-                pass
-            os._exit(0)
-        os.waitpid(pid, 0)

@@ -52,6 +52,7 @@ from autograder.sandbox.processes import (
     gpu_device_present,
     kill_group,
     kill_if_same,
+    kill_uid,
     namespace_pid,
     process_start_time,
     sandbox_memory_bytes,
@@ -232,7 +233,7 @@ class Zygote:
 
     def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
                  isolation: Isolation, ids: tuple[int, int] | None,
-                 starts: Starts = Starts()) -> None:
+                 starts: Starts = Starts(), clean: bool = True) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Where its own lines begin in a log earlier zygotes (and their workers) wrote to.
         self.log_path, self._log_start = log_path, _size(log_path)
@@ -252,6 +253,10 @@ class Zygote:
         # is the grader's; after it, that code may have killed it (in `uid` mode a worker has
         # the zygote's uid).
         self.served = False
+        # Whether nothing of the student's can be running beside it (`clean`): only then is a
+        # failure before it served the grader's. (Without isolation, what an earlier worker
+        # left running may have stopped it.)
+        self.clean = clean
         theirs.close()
         self._socket = ours
         self._spawned: queue.Queue[int | None] = queue.Queue()
@@ -320,7 +325,8 @@ class Zygote:
         if pid is None:
             for fd in (request_w, reply_r):
                 os.close(fd)
-            why = self._why_not_started(timeout) if first and reported is None else None
+            why = (self._why_not_started(timeout) if first and reported is None and self.clean
+                   else None)
             self.close()
             if why is not None:
                 raise SandboxUnavailable(why)
@@ -565,6 +571,7 @@ class Sandbox:
         self._import_hang: str | None = None
         self._budget: float | None = None
         self._output_offset = 0
+        self._served = False  # whether a zygote of this sandbox ever forked a worker
         # Set once a zygote could not start (the grader's failure): nothing is tried again.
         self.unavailable: SandboxUnavailable | None = None
         # Time spent starting zygotes (the grader's, not the student's): tests' budgets are
@@ -575,12 +582,19 @@ class Sandbox:
         """The submission's zygote, started again if student code killed it."""
         if self._zygote is None or not self._zygote.alive:
             if self._zygote is not None:
+                self._served |= self._zygote.served
                 self._zygote.close()
             self._zygote = None
+            if self._served and self.isolation.drop_uid:
+                # Student code ran as this uid: whatever it left running (in `uid` mode it may
+                # have left its session and kill the new zygote, or hold the uid's process
+                # limit) goes before the new zygote starts. In namespaces it died with PID 1.
+                kill_uid(self.ids[0])
+            clean = not self._served or self.isolation.mode != "none"
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
             try:
                 self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation,
-                                      self.ids, self.starts)
+                                      self.ids, self.starts, clean)
             except (OSError, subprocess.SubprocessError) as exc:
                 raise SandboxUnavailable(f"the sandbox's first process could not be started "
                                          f"({type(exc).__name__}: {exc})") from None

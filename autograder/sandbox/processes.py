@@ -147,3 +147,23 @@ def free_port() -> int:
 def ended_text(code: int) -> str:
     """How a process ended, from its return code: 'signal SIGKILL' or 'exit status 3'."""
     return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid` (root only): a child that takes that uid and calls
+    kill(-1), which the kernel delivers to all of the uid's processes at once (a process
+    killed mid-fork leaves no child behind)."""
+    if os.geteuid() != 0:
+        return
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            except BaseException:  # noqa: BLE001, S110 - nothing to kill is fine
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)

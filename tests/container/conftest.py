@@ -29,6 +29,7 @@ from autograder.project.paths import GRADING_CONFIG
 from autograder.release.build import key_answers
 
 HOSTILE = Path(__file__).with_name("hostile_gradescope.py")
+SABOTEUR = Path(__file__).with_name("saboteur_gradescope.py")
 
 
 def _unavailable(why: str) -> None:
@@ -92,7 +93,8 @@ def image(base: str, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def submission(tmp_path_factory: pytest.TempPathFactory):
     """submission(name, kind): a folder holding the reference with the key ("reference"), the
-    blank template ("blank"), or the blank template with HOSTILE appended ("hostile")."""
+    blank template ("blank"), the blank template with HOSTILE appended ("hostile"), or the
+    reference and key with SABOTEUR appended ("saboteur")."""
     made: dict[tuple[str, str], Path] = {}
 
     def get(name: str, kind: str) -> Path:
@@ -101,8 +103,9 @@ def submission(tmp_path_factory: pytest.TempPathFactory):
             folder = tmp_path_factory.mktemp(f"{name}-{kind}")
             source = assignment.solution.read_text()
             module = folder / f"{assignment.config.module}.py"
-            if kind == "reference":
-                module.write_text(reference(source))
+            if kind in ("reference", "saboteur"):
+                extra = "\n" + SABOTEUR.read_text() if kind == "saboteur" else ""
+                module.write_text(reference(source) + extra)
                 (folder / "answers.yml").write_text(yaml.safe_dump(key_answers(assignment.bank)))
             elif kind == "blank":
                 module.write_text(strip_solutions(source))

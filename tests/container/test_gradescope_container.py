@@ -99,6 +99,19 @@ def test_a_hostile_submission_gets_nothing_and_changes_nothing(graded, limits):
     assert_graded_cleanly(run)
 
 
+def test_sabotage_of_its_own_later_sandboxes_is_the_students_not_the_graders(graded):
+    """The reference, with a detached process that kills every later zygote of its uid and a hold
+    on the uid's process limit (found by a red-team review: it turned the grading into a
+    grader_error, the student's whole grade thrown away and 'not a verdict on your work'). The
+    grader clears the uid before it starts a new zygote: the tests it disturbed are the
+    student's, flagged, and the rest is graded."""
+    run = graded("dp_basics", "saboteur")
+    assert run.results["tests"] and FALLBACK_MESSAGE not in run.results["output"], said(run)
+    assert run.status is not None and run.status.startswith("flagged"), said(run)
+    assert 30 < run.score < full_marks("dp_basics"), said(run)
+    assert_graded_cleanly(run)
+
+
 def test_calibration_the_same_submission_unisolated_forges_leaks_and_stays(graded):
     """The attacks above are real: graded with the explicit unsafe opt-in, as root with no
     isolation, the same code replaces results.json (with the key in it), tampers with

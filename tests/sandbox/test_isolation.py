@@ -154,7 +154,7 @@ def test_seccomp_refuses_ptrace_and_mount_but_not_ordinary_calls():
 
 
 def test_kill_uid_kills_every_process_of_a_sandbox_uid_even_detached_ones():
-    from autograder.grading.supervisor import kill_uid
+    from autograder.sandbox.processes import kill_uid
 
     if os.geteuid() != 0:
         pytest.skip("needs root")
