@@ -8,8 +8,9 @@ Steps: unshare mount, network, PID, IPC and UTS namespaces (and a user namespace
 fork so the child is PID 1 of the new PID namespace (when it ends, the kernel kills every process
 left in it); mount a tmpfs as the new root holding read-only binds of the system and Python folders
 (recursively read-only), a size-limited tmpfs copy of the sandbox folder and a private /dev with
-only the devices it needs; mount a fresh /proc; bring up loopback; chroot; drop to the sandbox
-uid and every capability; forbid new privileges; refuse ptrace and the like (seccomp); exec.
+only the devices it needs; mount a fresh /proc; bring up loopback (in a network namespace made in
+a user namespace of its own where CAP_NET_ADMIN is withheld, as in Docker); chroot; drop to the
+sandbox uid and every capability; forbid new privileges; refuse ptrace and the like (seccomp); exec.
 """
 
 import ctypes
