@@ -203,11 +203,22 @@ def error_summary(error: str) -> str:
     return (said[0] if said else lines[-1] if lines else "unknown error")[:500]
 
 
+def _for_students(error: str) -> str:
+    """What the student reads of the error: a set-up that cannot isolate their code is named as
+    such (its details, paths and uids, are for staff: extra_data and run_autograder's output)."""
+    from autograder.sandbox.isolation import REFUSED
+
+    if REFUSED in error:
+        return ("the autograder is misconfigured: it cannot run submissions isolated here, so "
+                "it graded nothing. The course staff must fix its set-up.")
+    return error_summary(error)
+
+
 def fallback_results(error: str, elapsed: float = 0.0) -> dict:
     """results.json for a submission the grader could not grade: valid, score 0, says why."""
     return {
         "score": 0.0, "execution_time": round(max(elapsed, 0.0), 3),
-        "output": f"{FALLBACK_MESSAGE}\n\nError: {error_summary(error)}",
+        "output": f"{FALLBACK_MESSAGE}\n\nError: {_for_students(error)}",
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden",
         "tests": [], "extra_data": {"autograder_error": error[-4000:]},
     }

@@ -581,10 +581,7 @@ class Sandbox:
     def zygote(self) -> Zygote:
         """The submission's zygote, started again if student code killed it."""
         if self._zygote is None or not self._zygote.alive:
-            if self._zygote is not None:
-                self._served |= self._zygote.served
-                self._zygote.close()
-            self._zygote = None
+            self._drop_zygote()
             if self._served and self.isolation.drop_uid:
                 # Student code ran as this uid: whatever it left running (in `uid` mode it may
                 # have left its session and kill the new zygote, or hold the uid's process
@@ -606,7 +603,13 @@ class Sandbox:
             raise self.unavailable
         started = time.monotonic()
         try:
-            return _Process(self.zygote(), self.module_name, mode, output_path, gpus)
+            try:
+                return _Process(self.zygote(), self.module_name, mode, output_path, gpus)
+            except SandboxUnavailable:
+                # Once more with a fresh zygote: one that was only slow to answer (a loaded
+                # machine) should not cost the whole grading; a broken set-up fails again.
+                self._drop_zygote()
+                return _Process(self.zygote(), self.module_name, mode, output_path, gpus)
         except SandboxUnavailable as exc:
             self.unavailable = exc
             raise
@@ -700,7 +703,11 @@ class Sandbox:
     def close(self) -> None:
         """Kill every process of this sandbox, the zygote included."""
         self.restart()
+        self._drop_zygote()
+
+    def _drop_zygote(self) -> None:
         if self._zygote is not None:
+            self._served |= self._zygote.served  # a later zygote must know what ran as its uid
             self._zygote.close()
             self._zygote = None
 

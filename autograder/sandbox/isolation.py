@@ -43,6 +43,9 @@ UNSAFE_ENV = "AUTOGRADER_UNSAFE_NO_ISOLATION"  # "1": no isolation at all, whoev
 UNSAFE_OPT_IN = f"{UNSAFE_ENV}=1 (or --unsafe-no-isolation)"
 
 
+REFUSED = "student code cannot be isolated here"  # how every refusal begins (see _detect)
+
+
 class IsolationUnavailable(Exception):
     """Student code cannot be isolated here as it must be, so nothing may be graded: the
     grader's set-up is at fault, never a submission. The message says what was asked, what
@@ -190,7 +193,7 @@ def _detect(forced: str, unsafe: str, root: bool) -> Isolation:
     fixes = [_fix(c) for c, _ in failures]
     fixes.append(f"only to debug the engine, never to grade students: {UNSAFE_OPT_IN} runs "
                  "student code without isolation")
-    raise IsolationUnavailable(f"student code cannot be isolated here ({asked}), so nothing "
+    raise IsolationUnavailable(f"{REFUSED} ({asked}), so nothing "
                                f"is graded: {tried}.\nTo fix:\n" +
                                "\n".join(f"  - {fix}" for fix in fixes))
 
