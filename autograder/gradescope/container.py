@@ -273,7 +273,17 @@ def build_image(bundle: Path, base: str, pip: PipSettings = PipSettings(),
                "--change", 'CMD ["/autograder/run_autograder"]', name, tag)
     finally:
         docker("rm", "-f", name, check=False)
+    _remove_older(tag)
     return tag
+
+
+def _remove_older(tag: str) -> None:
+    """Each bundle's image is over a GB: keep only the newest of each assignment's."""
+    repository = tag.rsplit(":", 1)[0]
+    listed = docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository, check=False)
+    for old in listed.stdout.decode().split():
+        if old != tag:
+            docker("rmi", old, check=False)
 
 
 def _source_tar(bundle: Path) -> bytes:
