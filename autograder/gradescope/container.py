@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -83,13 +84,14 @@ class PipSettings:
 
     @classmethod
     def from_environment(cls) -> PipSettings:
-        """This machine's own pip settings: PIP_FIND_LINKS folders, PIP_CERT (or the SSL CA
-        bundle) and PIP_INDEX_URL (else PyPI) as the extra index."""
-        links = tuple(Path(p) for p in os.environ.get("PIP_FIND_LINKS", "").split()
-                      if Path(p).is_dir())
-        cert = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+        """This machine's own pip settings (pip's configuration files and PIP_* variables, as
+        `pip config list` shows them): its find-links folders, its CA bundle (else
+        SSL_CERT_FILE) and its index (else PyPI) as the extra index."""
+        said = _pip_config()
+        links = tuple(Path(p) for p in said.get("find-links", "").split() if Path(p).is_dir())
+        cert = said.get("cert") or os.environ.get("SSL_CERT_FILE")
         return cls(links, Path(cert) if cert and Path(cert).is_file() else None,
-                   os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple")
+                   said.get("index-url") or "https://pypi.org/simple")
 
     def mounts_and_exports(self) -> tuple[list[str], str]:
         """`docker create` mount arguments, and the shell exports for setup.sh's one run."""
@@ -105,6 +107,19 @@ class PipSettings:
         if self.extra_index:
             exports["PIP_EXTRA_INDEX_URL"] = self.extra_index
         return mounts, " ".join(f"{k}={_quote(v)}" for k, v in exports.items())
+
+
+def _pip_config() -> dict[str, str]:
+    """pip's settings by name ('find-links', 'cert', ...), a PIP_* variable over a file's."""
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                          text=True, timeout=60)
+    found: dict[str, tuple[bool, str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        scope, _, name = key.rpartition(".")
+        if name and (scope == ":env:" or name not in found or not found[name][0]):
+            found[name] = (scope == ":env:", value.strip().strip("'\""))
+    return {name: value for name, (_, value) in found.items()}
 
 
 @dataclass
