@@ -51,22 +51,33 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         return
     if os.geteuid() != 0 or shutil.which("dockerd") is None:
         _unavailable("no Docker daemon answers, and none can be started here")
-    log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
-    with open(log, "wb") as out:
-        daemon = subprocess.Popen(["dockerd", "--iptables=false", "--bridge=none"],
-                                  stdout=out, stderr=out, start_new_session=True)
+    folder = tmp_path_factory.mktemp("dockerd")
+    log, pidfile = folder / "dockerd.log", folder / "dockerd.pid"
+    # Started by a shell that exits at once: the daemon is no child of this test process, which
+    # other tests check has none left (tests/test_input_layer.py).
+    subprocess.run(["sh", "-c", 'dockerd --iptables=false --bridge=none --pidfile "$1" '
+                    '>"$2" 2>&1 </dev/null &', "sh", str(pidfile), str(log)], check=True)
     deadline = time.monotonic() + 60
     while not _answers():
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            daemon.kill()
+        if time.monotonic() > deadline:
+            _stop(pidfile)
             _unavailable(f"dockerd did not start: {log.read_text()[-2000:]}")
         time.sleep(0.5)
     yield
-    daemon.send_signal(signal.SIGTERM)
+    _stop(pidfile)
+
+
+def _stop(pidfile: Path) -> None:
     try:
-        daemon.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        daemon.kill()
+        pid = int(pidfile.read_text())
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
