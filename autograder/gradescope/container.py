@@ -133,7 +133,8 @@ class ContainerRun:
     report: dict | None  # report.json beside it (the grader's own record)
     stdout: str  # run_autograder's output (Gradescope keeps it for instructors)
     seconds: float  # run_autograder's wall time
-    peak_memory_bytes: int | None  # the container's high-water mark
+    peak_memory_bytes: int | None  # the container's high-water mark (page cache included)
+    oom_kills: int | None  # processes its memory limit killed
     exit_code: int | None
     timed_out: bool
     results_rewritten: bool  # results.json changed after run_autograder exited
@@ -147,8 +148,9 @@ class ContainerRun:
             found.append("did not finish within the time limit")
         if self.results is None:
             found.append("left no readable results.json")
-        if self.peak_memory_bytes is not None and self.peak_memory_bytes >= self.memory_mb << 20:
-            found.append(f"reached the {self.memory_mb} MB memory limit")
+        if self.oom_kills:
+            found.append(f"the {self.memory_mb} MB memory limit killed {self.oom_kills} "
+                         "process(es)")
         if self.results_rewritten:
             found.append("results.json changed after run_autograder had exited")
         if self.run_autograder_changed:
@@ -342,6 +344,7 @@ def run_submission(image: str, submission: Path, limits: Limits = GRADESCOPE,
             results=_json(results), report=_json(report),
             stdout=(_read(name, f"{HARNESS_DIR}/stdout") or b"").decode(errors="replace"),
             seconds=observed.get("seconds", 0.0), peak_memory_bytes=observed.get("peak_memory"),
+            oom_kills=observed.get("oom_kills"),
             exit_code=observed.get("exit_code"),
             timed_out=timed_out or observed.get("timed_out", False) or done is None,
             results_rewritten=observed.get("results_at_exit") != observed.get("results_later"),

@@ -39,6 +39,21 @@ def peak_memory():
     return None
 
 
+def oom_kills():
+    """How many processes the container's memory limit killed (the peak above counts the page
+    cache too, so it may touch the limit while the kernel only reclaims cache)."""
+    for path, prefix in (("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill "),
+                         ("/sys/fs/cgroup/memory.events", "oom_kill ")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(prefix):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
 def processes():
     """Every process but this one: 'pid uid name'."""
     found = []
@@ -65,6 +80,7 @@ def main():
         record["exit_code"] = proc.wait()
     record["seconds"] = round(time.monotonic() - started, 2)
     record["peak_memory"] = peak_memory()
+    record["oom_kills"] = oom_kills()
     record["results_at_exit"] = digest(RESULTS)
     deadline = time.monotonic() + settle
     while time.monotonic() < deadline:  # as PID 1, reap what is orphaned to us meanwhile
