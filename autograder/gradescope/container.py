@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,7 +107,7 @@ class PipSettings:
             exports["PIP_CERT"] = "/mnt/pip-ca.crt"
         if self.extra_index:
             exports["PIP_EXTRA_INDEX_URL"] = self.extra_index
-        return mounts, " ".join(f"{k}={_quote(v)}" for k, v in exports.items())
+        return mounts, " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items())
 
 
 def _pip_config() -> dict[str, str]:
@@ -329,14 +330,12 @@ def run_submission(image: str, submission: Path, limits: Limits = GRADESCOPE,
     try:
         docker("cp", "-", f"{name}:/", stdin=_submission_tar(submission, metadata))
         try:
-            done = docker("start", "-a", name, timeout=limits.timeout_s + settle_s + 60,
-                          check=False)
+            docker("start", "-a", name, timeout=limits.timeout_s + settle_s + 60, check=False)
             timed_out = False
         except ContainerError:
             docker("kill", name, check=False)
-            done, timed_out = None, True
-        record = _read(name, f"{HARNESS_DIR}/record.json")
-        observed = json.loads(record) if record else {}
+            timed_out = True
+        observed = _json(_read(name, f"{HARNESS_DIR}/record.json")) or {}
         results, report = (_read(name, f"/autograder/results/{f}") for f in
                            ("results.json", "report.json"))
         return ContainerRun(
@@ -346,7 +345,7 @@ def run_submission(image: str, submission: Path, limits: Limits = GRADESCOPE,
             seconds=observed.get("seconds", 0.0), peak_memory_bytes=observed.get("peak_memory"),
             oom_kills=observed.get("oom_kills"),
             exit_code=observed.get("exit_code"),
-            timed_out=timed_out or observed.get("timed_out", False) or done is None,
+            timed_out=timed_out,
             results_rewritten=observed.get("results_at_exit") != observed.get("results_later"),
             run_autograder_changed=(observed.get("run_autograder_later")
                                     != observed.get("run_autograder_before")),
@@ -408,9 +407,6 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in name.lower()) or "bundle"
 
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "'\\''") + "'"
 
 
 def try_bundle(bundle: Path, submissions: list[Path], limits: Limits = GRADESCOPE,
