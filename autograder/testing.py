@@ -13,7 +13,8 @@ from autograder.sandbox.client import SandboxFailure, StudentError
 from autograder.sandbox_runtime.codec import ModuleSnapshot, remote_device, remote_identity
 
 __all__ = [
-    "ModuleSnapshot", "SandboxFailure", "StudentError", "drawn", "excerpt", "raises_student",
+    "ModuleSnapshot", "SandboxFailure", "StudentError", "assert_ranks_met", "drawn", "excerpt",
+    "raises_student",
     "remote_device", "remote_identity",
 ]
 
@@ -59,3 +60,18 @@ def raises_student(type_name: str, why: str) -> Iterator[_Raised]:
         raised.error = error
         return
     raise AssertionError(f"{why}: expected {type_name}, but nothing was raised")
+
+
+def assert_ranks_met(results: list, world_size: int, why: str, store: int = 0) -> None:
+    """Fail unless all `world_size` ranks of a `student.run_ranks` scenario registered in a
+    real process group at the grader's rendezvous store (the `store`-th of the scenario).
+
+    Ranks' reports that they met (an all_reduce that adds up, a backend, a rank) come from the
+    student's processes and can be forged through any channel the ranks share; the store is
+    the grader's own, and only `init_process_group` at the port the ranks were given leaves
+    every rank's registration there."""
+    view = results.stores[store]  # type: ignore[attr-defined]
+    met = view.ranks_met()
+    assert met == list(range(world_size)), (
+        f"{why}: {view.describe()}, expected all {world_size} ranks to make a process group "
+        "there")

@@ -23,9 +23,11 @@ from autograder.grading.job import VISIBILITIES, Job, TestSpec
 from autograder.grading.runner_events import (
     Calibration,
     Collected,
+    Crashed,
     Error,
     Event,
     Hung,
+    Imports,
     Result,
     SandboxStarted,
     Start,
@@ -33,7 +35,10 @@ from autograder.grading.runner_events import (
 from autograder.project import budgets
 from autograder.project.config import SandboxLimits
 from autograder.sandbox.client import (
+    ImportBudget,
+    RankResults,
     Sandbox,
+    SandboxCrash,
     SandboxFailure,
     SandboxTimeout,
     Starts,
@@ -41,6 +46,7 @@ from autograder.sandbox.client import (
     ZygoteSource,
 )
 from autograder.sandbox.processes import seconds_text
+from autograder.sandbox.reports import Reads, as_report, rank_reports
 from autograder.sandbox_runtime.codec import CodecError
 
 MARKERS = {
@@ -52,8 +58,10 @@ MARKERS = {
            "applies",
     "timeout_s": "timeout_s(s): the most this test's time budget may be, in seconds",
     "uses": "uses(*functions): further student functions this test calls (its own is named by "
-            "its docstring); the test is not run once one of them has hung",
-    "tolerant": "tolerant: run this test even when a function it uses hung in an earlier test",
+            "its docstring); the test is not run once one of them has hung or crashed "
+            "crash_limit times",
+    "tolerant": "tolerant: run this test even when a function it uses hung (or kept crashing) "
+                "in an earlier test",
 }
 
 
@@ -94,7 +102,8 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
 
 
 class NotRun(SandboxFailure):
-    """The test needs a function that already hung in this grading: it fails without running."""
+    """The test needs a function that already hung, or crashed crash_limit times, in this
+    grading: it fails without running."""
 
 
 class Student:
@@ -113,6 +122,9 @@ class Student:
         # Starting sandbox processes is the grader's time: the deadline moves by what it takes.
         sandbox = plugin.sandbox
         self._grader_seconds = sandbox.grader_seconds if sandbox is not None else 0.0
+        # What the test read from probes' reports (see sandbox.reports): a check that cannot
+        # use such a value fails as the student's.
+        self._reads = Reads()
 
     @property
     def gpus(self) -> int:
@@ -132,6 +144,7 @@ class Student:
     def _view(self, simulated: int) -> Student:
         view = Student(self._plugin, self._spec, simulated)
         view._deadline, view._grader_seconds = self._deadline, self._grader_seconds
+        view._reads = self._reads
         return view
 
     def _remaining(self) -> float:
@@ -152,12 +165,16 @@ class Student:
         return min(left, self._plugin.limits.call_timeout)
 
     def _guarded(self, function: str, run: Callable[[], Any]) -> Any:
-        """Run one call or scenario of `function`; once a function hangs, it is not run again."""
-        self._plugin.refuse_if_hung(function, self._spec)
+        """Run one call or scenario of `function`; once a function hangs, or has crashed
+        crash_limit times, it is not run again."""
+        self._plugin.refuse_if_blocked(function, self._spec)
         try:
             return run()
         except SandboxTimeout as exc:
             self._plugin.record_hang(function, exc.seconds, self._spec)
+            raise
+        except SandboxCrash as exc:
+            self._plugin.record_crash(function, str(exc), self._spec)
             raise
 
     def _sandbox(self) -> Sandbox:
@@ -178,21 +195,30 @@ class Student:
     def probe(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(module, *args, **kwargs)` from probes.py in the sandbox."""
         function = self._spec.function
-        return self._guarded(function, lambda: self._sandbox().probe(
+        return as_report(self._guarded(function, lambda: self._sandbox().probe(
             _probe_name(fn), args, kwargs, function, self._timeout(), self._left(),
-            gpus=self._simulated))
+            gpus=self._simulated)), reads=self._reads)
 
     def run_ranks(self, fn: Callable, world_size: int, *args: Any,
-                  per_rank: list | None = None) -> list[Any]:
+                  per_rank: list | None = None, stores: int = 1) -> RankResults:
         """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes;
-        with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument."""
+        with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument.
+
+        `port` is a rendezvous store the grader hosts (`stores=2`: a second one, its port
+        right after `port`); the result's `stores` say which ranks met at each
+        (`StoreView.ranks_met()`): only ranks that made a real process group there did."""
         function, name = self._spec.function, _probe_name(fn)
-        self._plugin.refuse_if_hung(function, self._spec)
+        self._plugin.refuse_if_blocked(function, self._spec)
         sandbox = self._sandbox()
+        imports = self._plugin.imports
+        imports.refuse_if_spent()  # every rank imports the student's module
         # gloo on CPU sometimes crashes on its own (at teardown, mostly): a crash is retried
-        # up to rank_retries times, since crashes cost little. A hang is retried once at most
-        # (see RANK_HANG_RETRIES), each attempt no longer than the call time limit, so a
-        # scenario that never meets costs at most two call limits, not the test's budget.
+        # up to rank_retries times, but each crashed attempt counts toward the function's
+        # crash_limit and its time (its ranks' imports) toward the submission's imports, so a
+        # crash of the student's own is not paid for again and again. Any other failure (an
+        # exception, sys.exit, an import error) would come again: it is not retried. A hang
+        # is retried once at most (see RANK_HANG_RETRIES), each attempt no longer than the
+        # call time limit, so a scenario that never meets costs at most two call limits.
         crashes = self._plugin.job.rank_retries
         hangs = min(RANK_HANG_RETRIES, crashes)
         while True:
@@ -202,20 +228,26 @@ class Student:
                                      f"{seconds_text(self._spec.timeout)} s was used up")
             # An equal share of what is left for this attempt and each hang still allowed.
             timeout = min(left / (1 + hangs), self._plugin.limits.call_timeout)
+            started = time.monotonic()
             try:
-                return sandbox.run_ranks(name, world_size, args, timeout,
-                                         self._plugin.rank_output_dir(), function,
-                                         gpus=self._simulated, per_rank=per_rank)
+                return rank_reports(sandbox.run_ranks(
+                    name, world_size, args, timeout, self._plugin.rank_output_dir(), function,
+                    gpus=self._simulated, per_rank=per_rank, stores=stores), self._reads)
             except SandboxTimeout as exc:
                 if hangs <= 0 or crashes <= 0:
                     self._plugin.record_hang(function, exc.seconds, self._spec)
                     raise
                 hangs -= 1
                 crashes -= 1
-            except SandboxFailure:
-                if crashes <= 0:
+            except SandboxCrash as exc:
+                imports.charge(time.monotonic() - started)
+                self._plugin.record_crash(function, str(exc), self._spec)
+                if crashes <= 0 or self._plugin.crashed_out(function) or imports.left() <= 0:
                     raise
                 crashes -= 1
+            except SandboxFailure:
+                imports.charge(time.monotonic() - started)
+                raise
 
     def fresh(self) -> None:
         """Restart the sandbox so the next call starts from a newly imported module."""
@@ -241,6 +273,11 @@ def _brief_failure(excinfo: pytest.ExceptionInfo) -> str:
 def not_run_message(function: str, first: dict) -> str:
     return (f"not run: {function} did not finish within {seconds_text(first['seconds'])} s in "
             f"an earlier test ({first['test']})")
+
+
+def crashed_message(function: str, record: dict) -> str:
+    return (f"not run: {function} crashed {record['crashes']} times already (first in "
+            f"{record['test']})")
 
 
 def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
@@ -303,6 +340,10 @@ class GradingPlugin:
         self.outcomes: dict[str, dict] = {}
         self.sandbox: Sandbox | None = None
         self.hung: dict[str, dict] = dict(job.hung)
+        self.crashed: dict[str, dict] = {f: dict(r) for f, r in job.crashed.items()}
+        # What starting the student's code may take in all (timeouts.imports), shared by runners.
+        self.imports = ImportBudget(job.import_timeout, job.imports_spent)
+        self._imports_told = job.imports_spent
         self.machine_factor = 1.0
         if job.timings and job.budget_factor > 0:
             measured = job.machine_calibration or budgets.calibration_seconds()
@@ -315,14 +356,31 @@ class GradingPlugin:
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
                                    Path(job.output_dir) / f"sandbox-{os.getpid()}.log",
-                                   starts=starts)
+                                   starts=starts, imports=self.imports)
 
-    # -- functions that hung -----------------------------------------------------
-    def refuse_if_hung(self, function: str, spec: TestSpec) -> None:
-        """Raise NotRun if `function` hung in an earlier test (unless `spec` is tolerant)."""
+    # -- functions that hung or kept crashing ------------------------------------
+    def refuse_if_blocked(self, function: str, spec: TestSpec) -> None:
+        """Raise NotRun if `function` hung in an earlier test or has crashed crash_limit
+        times (unless `spec` is tolerant)."""
+        if spec.tolerant:
+            return
         first = self.hung.get(function)
-        if first is not None and not spec.tolerant and first["nodeid"] != spec.nodeid:
+        if first is not None and first["nodeid"] != spec.nodeid:
             raise NotRun(not_run_message(function, first))
+        if self.crashed_out(function):
+            raise NotRun(crashed_message(function, self.crashed[function]))
+
+    def crashed_out(self, function: str) -> bool:
+        record = self.crashed.get(function)
+        return record is not None and record["crashes"] >= self.job.crash_limit
+
+    def record_crash(self, function: str, message: str, spec: TestSpec) -> None:
+        """One more crash of `function` (the first one's test and message are kept)."""
+        record = self.crashed.setdefault(function, {
+            "crashes": 0, "test": spec.name, "nodeid": spec.nodeid,
+            "message": clip_message(message, 500)})
+        record["crashes"] += 1
+        self.emit(Crashed(function=function, **record))
 
     def record_hang(self, function: str, seconds: float, spec: TestSpec) -> None:
         if function in self.hung:
@@ -408,10 +466,10 @@ class GradingPlugin:
             pytest.skip("needs CUDA")
         for function in spec.uses:
             try:
-                self.refuse_if_hung(function, spec)
-            except NotRun as exc:  # fails at once, with the cause of the first hang
+                self.refuse_if_blocked(function, spec)
+            except NotRun as exc:  # fails at once, with the cause of the first hang or crash
                 self.outcomes[item.nodeid] = {"status": "failed", "message": str(exc)}
-                pytest.skip("a function it uses hung in an earlier test")
+                pytest.skip("a function it uses hung or kept crashing in an earlier test")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -432,6 +490,12 @@ class GradingPlugin:
             self.outcomes[item.nodeid] = {"status": "skipped", "message": reason}
         elif call.excinfo is not None:
             status, message = describe_failure(call.excinfo)
+            student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
+            if status == "grader_error" and isinstance(student, Student):
+                # A check that could not use a value of a probe's report: the student's.
+                blamed = student._reads.blame(call.excinfo.value)
+                if blamed is not None:
+                    status, message = "failed", clip_message(blamed)
             self.outcomes[item.nodeid] = {"status": status, "message": message}
 
     @pytest.hookimpl(hookwrapper=True)
@@ -447,6 +511,9 @@ class GradingPlugin:
             self.emit(Error(message=f"the sandbox could not start: {unavailable}"))
             item.session.shouldstop = "the sandbox could not start"
             return
+        if self.imports.spent != self._imports_told:  # later runners of this grading know it
+            self._imports_told = self.imports.spent
+            self.emit(Imports(seconds=round(self.imports.spent, 3)))
         result = self.outcomes.get(item.nodeid) or {
             "status": "failed", "message": "the test ended without an outcome"}
         output, cut = self._take_output()

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from autograder.project.config import SandboxLimits
 from autograder.project.inert import inert
 from autograder.sandbox.cgroups import Cgroup
+from autograder.sandbox.events import EVENTS_SUFFIX, EventRecorder
 from autograder.sandbox.folder import boot, sandbox_env
 from autograder.sandbox.isolation import (
     Isolation,
@@ -48,7 +49,6 @@ from autograder.sandbox.launcher import install_seccomp
 from autograder.sandbox.processes import (
     children_of,
     ended_text,
-    free_port,
     gpu_device_present,
     kill_group,
     kill_if_same,
@@ -57,6 +57,12 @@ from autograder.sandbox.processes import (
     process_start_time,
     sandbox_memory_bytes,
     seconds_text,
+)
+from autograder.sandbox.rendezvous import (
+    AGENT_STORE_ENV,
+    StoreUnavailable,
+    StoreView,
+    TrustedStore,
 )
 from autograder.sandbox_runtime import codec, wire
 
@@ -91,6 +97,49 @@ class ImportHang(SandboxFailure):
     test runs after it (see Sandbox._import_hang)."""
 
 
+class SandboxCrash(SandboxFailure):
+    """Student code's process ended (it exited, was killed or crashed) during a call or a
+    scenario: the next one needs a new worker, which imports the module again. A function
+    whose calls keep crashing is not run again (see pytest_plugin.GradingPlugin.crashed)."""
+
+
+class ImportsSpent(SandboxFailure):
+    """Starting the student's code has taken the submission's whole allowance (ImportBudget):
+    no worker is started for it again."""
+
+
+class ImportBudget:
+    """The seconds a submission's code may spend starting, over the whole grading (grading.yml's
+    timeouts.imports): each serving worker's start and import of the student's module (here,
+    in Sandbox) and each failed multi-process attempt (charged by its caller, pytest_plugin).
+    The runners of one grading share it through the supervisor (`spent`)."""
+
+    def __init__(self, limit: float, spent: float = 0.0) -> None:
+        self.limit, self.spent = limit, spent
+        self.slowest = 0.0  # the longest single import this runner saw
+
+    def left(self) -> float:
+        return self.limit - self.spent
+
+    def charge(self, seconds: float, imported: bool = False) -> None:
+        self.spent += max(0.0, seconds)
+        if imported:
+            self.slowest = max(self.slowest, seconds)
+
+    def refuse_if_spent(self) -> None:
+        """ImportsSpent ("not run: ...") once nothing is left."""
+        if self.left() <= 0:
+            raise ImportsSpent(self.message("not run: "))
+
+    def message(self, prefix: str) -> str:
+        slowest = (f"; one import took {seconds_text(self.slowest)} s" if self.slowest >= 0.5
+                   else "")
+        return (f"{prefix}importing your module has used up this submission's "
+                f"{seconds_text(self.limit)} s for imports ({seconds_text(self.spent)} s in all: "
+                f"your module is imported again after each crash and in each process of a "
+                f"multi-process test{slowest})")
+
+
 class StudentError(Exception):
     """An exception raised by student code, re-raised in the trusted test as plain data."""
 
@@ -122,6 +171,15 @@ class StudentError(Exception):
         wanted = f"builtins.{type_name}"
         return any(name == wanted and i < len(self.builtin_flags) and self.builtin_flags[i]
                    for i, name in enumerate(self.qualified_names))
+
+
+class RankResults(list):
+    """The per-rank results of a multi-process scenario (a list), with what the trusted
+    rendezvous stores saw (`stores`, in the order of their ports)."""
+
+    def __init__(self, results: list[Any], stores: list[StoreView]) -> None:
+        super().__init__(results)
+        self.stores = stores
 
 
 class _EndedEarlier(Exception):
@@ -229,14 +287,21 @@ class Zygote:
     Forking skips the ~1.5 s interpreter and torch start-up of every sandbox process, while each
     worker still starts clean: the zygote never imports student code. Its messages come from the
     sandbox side, so they are parsed as untrusted data.
+
+    Each worker gets an event channel of its own from `events` (autograder.sandbox.events),
+    read here as the worker runs; the zygote's log (its stderr) holds only what the launcher
+    and the zygote say.
     """
 
     def __init__(self, sandbox_dir: Path, limits: SandboxLimits, log_path: Path,
                  isolation: Isolation, ids: tuple[int, int] | None,
-                 starts: Starts = Starts(), clean: bool = True) -> None:
+                 starts: Starts = Starts(), clean: bool = True,
+                 events: EventRecorder | None = None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # Where its own lines begin in a log earlier zygotes (and their workers) wrote to.
+        # Where its own lines begin in a log earlier zygotes wrote to.
         self.log_path, self._log_start = log_path, _size(log_path)
+        self.events = events if events is not None else EventRecorder(
+            log_path.with_name(log_path.name.removesuffix("-zygote.log") + EVENTS_SUFFIX))
         self.cgroup = Cgroup.create(sandbox_memory_bytes(limits.memory_bytes),
                                     limits.max_processes)
         try:
@@ -300,15 +365,17 @@ class Zygote:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         out = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # Its event channel: read from now on, our end never in the sandbox.
+        channel, events_fd = self.events.channel()
         try:
             spec = {"mode": mode, "module": module_name, "gpus": gpus}
             socket.send_fds(self._socket, [json.dumps(spec).encode()],
-                            [request_r, reply_w, out])
+                            [request_r, reply_w, out, events_fd])
             pid = self._spawned.get(timeout=timeout)
         except (OSError, queue.Empty):
             pid = None
         finally:
-            for fd in (request_r, reply_w, out):
+            for fd in (request_r, reply_w, out, events_fd):
                 os.close(fd)
         first = not self.served
         if pid is not None:
@@ -316,6 +383,7 @@ class Zygote:
         # Only a child of this zygote may be signalled later: a forged pid is refused. (In its
         # own PID namespace the zygote reports namespace pids, which mean nothing out here.)
         reported, pid = pid, self._host_pid(pid) if pid is not None else None
+        channel.known(pid)  # (None: no worker of ours to tell a closed channel by)
         if pid is None and reported is not None and self._ended(reported):
             # It ended (os._exit at import, say) before it could be looked up: nothing is left
             # to signal, and its wait status is known. A token that is no host pid stands in.
@@ -559,10 +627,16 @@ class Sandbox:
 
     def __init__(self, sandbox_dir: Path, module_name: str, limits: SandboxLimits,
                  output_path: Path, isolation: Isolation | None = None,
-                 starts: Starts = Starts()) -> None:
+                 starts: Starts = Starts(), imports: ImportBudget | None = None) -> None:
         self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
         self.starts = starts
+        # Each serving worker's start and import is charged to it, the first zygote's start
+        # excepted (None: no limit; see _ensure_started).
+        self.imports = imports
         self.output_path = output_path
+        # What its workers' audit hooks note, read from their channels as they run and kept in
+        # a file of ours next to the output (see autograder.sandbox.events).
+        self.events = EventRecorder(output_path.with_name(output_path.stem + EVENTS_SUFFIX))
         self.isolation = detect() if isolation is None else isolation
         self.ids = sandbox_ids()
         prepare_folder(sandbox_dir, self.isolation, self.ids)
@@ -591,7 +665,7 @@ class Sandbox:
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
             try:
                 self._zygote = Zygote(self.sandbox_dir, self.limits, log, self.isolation,
-                                      self.ids, self.starts, clean)
+                                      self.ids, self.starts, clean, self.events)
             except (OSError, subprocess.SubprocessError) as exc:
                 raise SandboxUnavailable(f"the sandbox's first process could not be started "
                                          f"({type(exc).__name__}: {exc})") from None
@@ -659,19 +733,40 @@ class Sandbox:
 
     def _ensure_started(self, timeout: float, gpus: int = 0) -> _Process:
         if self._process is None:
+            imports = self.imports
+            if imports is not None:
+                imports.refuse_if_spent()
+            # The worker's start and import are charged to the submission's imports, but for
+            # the first zygote's start (the grader's alone).
+            first = self._zygote is None and not self._served
+            started = time.monotonic()
             # Starting (or restarting) the zygote is the grader's time, not the student's.
             process = self._fork("serve", self.output_path, gpus)
             self._process = process
+            if first:
+                started = time.monotonic()
+            allowed = max(timeout, self.IMPORT_SECONDS)
+            if self._budget is not None:
+                allowed = max(timeout, min(allowed, self._budget))
+            capped = imports is not None and imports.left() < allowed
+            if capped:
+                allowed = max(0.0, imports.left())
             try:
-                allowed = max(timeout, self.IMPORT_SECONDS)
-                if self._budget is not None:
-                    allowed = max(timeout, min(allowed, self._budget))
-                ready = self._read(process, allowed, "the import of your module")
+                try:
+                    ready = self._read(process, allowed, "the import of your module")
+                finally:
+                    if imports is not None:
+                        imports.charge(time.monotonic() - started, imported=True)
             except SandboxTimeout as exc:
+                if capped:  # stopped by what was left of the allowance, not by a hang
+                    raise ImportsSpent(imports.message(
+                        "the import of your module was stopped: ")) from None
                 # Not retried for every test: one hanging import costs one time limit.
                 self._import_hang = (f"importing your module took longer than "
                                      f"{seconds_text(allowed)} s (the other tests were not run)")
                 raise ImportHang(str(exc)) from None
+            except SandboxCrash as exc:  # the import crashed: no function is to blame
+                raise SandboxFailure(str(exc)) from None
             if ready.get("ready") is not True:
                 self.restart()
                 raise SandboxFailure("the sandbox did not start properly")
@@ -689,7 +784,7 @@ class Sandbox:
             self.restart()
             if earlier:
                 raise _EndedEarlier() from None
-            raise SandboxFailure(f"your code {ended} during {what}") from None
+            raise SandboxCrash(f"your code {ended} during {what}") from None
         except (wire.WireTooLarge, codec.CodecError) as exc:
             self.restart()
             raise SandboxFailure(f"{what} sent back an unreadable reply: {exc}") from None
@@ -701,9 +796,11 @@ class Sandbox:
             self._process = None
 
     def close(self) -> None:
-        """Kill every process of this sandbox, the zygote included."""
+        """Kill every process of this sandbox, the zygote included; then read out what their
+        event channels still held."""
         self.restart()
         self._drop_zygote()
+        self.events.settle(timeout=5)
 
     def _drop_zygote(self) -> None:
         if self._zygote is not None:
@@ -713,22 +810,28 @@ class Sandbox:
 
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str, gpus: int = 0,
-                  per_rank: Sequence | None = None) -> list[Any]:
-        """Run `probe(module, rank, world_size, port, *args)` in `world_size` fresh workers
-        (each simulating `gpus` GPUs when not 0). With `per_rank`, rank r alone also gets
-        `per_rank[r]` as its last argument, so no rank can know another's inputs."""
+                  per_rank: Sequence | None = None, stores: int = 1) -> RankResults:
+        """Run `probe(module, rank, world_size, port, *more_ports, *args)` in `world_size`
+        fresh workers (each simulating `gpus` GPUs when not 0). With `per_rank`, rank r alone
+        also gets `per_rank[r]` as its last argument, so no rank can know another's inputs.
+
+        `port` (and the `stores - 1` more ports) is a rendezvous store hosted here, which
+        the ranks' `init_process_group` joins as clients (see rendezvous.py); what each store
+        saw comes back with the results (`RankResults.stores`)."""
         if self._import_hang is not None:  # each rank would import, and hang, again
             raise SandboxFailure(self._import_hang)
-        port = free_port()
         what = f"{function} (scenario {probe}, {world_size} processes)"
         processes: list[_Process] = []
+        hosted: list[TrustedStore] = []
         try:
             for rank in range(world_size):
                 processes.append(self._fork("once", output_dir / f"rank{rank}.log", gpus))
+            hosted = self._stores(stores)
+            ports = tuple(store.port for store in hosted)
             for rank, process in enumerate(processes):
                 own = () if per_rank is None else (per_rank[rank],)
-                process.send({"op": "probe", "name": probe,
-                              "args": (rank, world_size, port, *args, *own), "kwargs": {}})
+                process.send({"op": "probe", "name": probe, "env": AGENT_STORE_ENV,
+                              "args": (rank, world_size, *ports, *args, *own), "kwargs": {}})
             deadline = time.monotonic() + timeout
             replies = []
             for rank, process in enumerate(processes):
@@ -737,15 +840,31 @@ class Sandbox:
                 except wire.WireTimeout:
                     raise SandboxTimeout(timeout, what) from None
                 except wire.WireClosed:
-                    raise SandboxFailure(f"your code {process.how_it_ended()} in rank {rank} "
+                    raise SandboxCrash(f"your code {process.how_it_ended()} in rank {rank} "
                                          f"during {what}") from None
                 except (wire.WireTooLarge, codec.CodecError) as exc:
                     raise SandboxFailure(f"rank {rank} sent back an unreadable reply: {exc}") \
                         from None
-            return [_outcome(reply, what, function) for reply in replies]
+            return RankResults([_outcome(reply, what, function) for reply in replies],
+                               [store.view() for store in hosted])
         finally:
             for process in processes:
                 process.kill()
+            for store in hosted:
+                store.close()
+
+    def _stores(self, count: int) -> list[TrustedStore]:
+        """`count` rendezvous stores the zygote's network namespace reaches; one that cannot
+        start is the grader's failure (the ranks could not meet however right their code)."""
+        hosted: list[TrustedStore] = []
+        try:
+            for _ in range(count):
+                hosted.append(TrustedStore(self.zygote().popen.pid))
+        except StoreUnavailable as exc:
+            for store in hosted:
+                store.close()
+            raise SandboxUnavailable(str(exc)) from None
+        return hosted
 
     def take_output(self) -> tuple[str, bool]:
         """Output written since the last call, capped; and whether it was cut."""

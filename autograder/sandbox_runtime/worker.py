@@ -21,15 +21,17 @@ from typing import Any
 
 from . import codec, fork_server, wire
 
-# Lines the trusted side picks out of the zygote's log (see autograder.grading.submission_status).
+# One message per event the hook notes, on the worker's event channel (see _refuse_network and
+# autograder.sandbox.events, the trusted side that reads it).
 EVENT_MARK = "autograder-sandbox-event "
-MAX_EVENTS = 50  # per process: a loop of refused calls must not fill the log
+MAX_EVENTS = 50  # per process: a loop of refused calls must not flood the channel
+# The descriptor the hook writes events to: a worker's own event channel, set when it is forked
+# (the zygote runs no student code and has none).
+_events_fd: list[int | None] = [None]
 
 
 def main(argv: list[str]) -> None:
-    # The zygote's stderr is its log on the grader's side, never shown to the student: a copy
-    # of it, inherited by every worker forked from here, carries the events the hook notes.
-    _refuse_network(os.dup(2) if argv[0] == "zygote" else None)
+    _refuse_network()
     if argv[0] == "zygote":
         zygote(int(argv[1]))
     serve(argv[0], int(argv[1]), int(argv[2]), argv[3])
@@ -38,9 +40,9 @@ def main(argv: list[str]) -> None:
 def zygote(control_fd: int) -> None:
     """Import torch once, then fork a fresh worker per request (never importing student code).
 
-    Requests arrive on a SOCK_SEQPACKET socket with three descriptors (request pipe, reply pipe,
-    output file); each child's pid is sent back when forked and its wait status when it ends
-    (fork_server.ForkServer).
+    Requests arrive on a SOCK_SEQPACKET socket with four descriptors (request pipe, reply pipe,
+    output file, event channel); each child's pid is sent back when forked and its wait status
+    when it ends (fork_server.ForkServer).
     """
     import ctypes
     import socket
@@ -67,7 +69,7 @@ def zygote(control_fd: int) -> None:
 
     server = fork_server.ForkServer()
     # The runner gone: exit, and the workers die with us (PDEATHSIG).
-    server.listen(socket.socket(fileno=control_fd), size=4096, fds=3, on_request=worker_for,
+    server.listen(socket.socket(fileno=control_fd), size=4096, fds=4, on_request=worker_for,
                   on_hangup=lambda: os._exit(0))
     server.serve_forever()
 
@@ -80,7 +82,8 @@ def _become_worker(spec: dict, fds: list[int]) -> None:
     try:
         os.setsid()  # its own process group, killed as a whole
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with the zygote
-        request_fd, reply_fd, output_fd = fds
+        request_fd, reply_fd, output_fd, events_fd = fds
+        _events_fd[0] = events_fd  # this worker's own channel, read by the trusted side only
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         os.close(output_fd)
@@ -125,15 +128,18 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
         os._exit(0)
 
 
-def _refuse_network(events_fd: int | None = None) -> None:
+def _refuse_network() -> None:
     """Refuse sockets to anything but loopback, before any connect (gloo needs loopback); note
     that and other hostile attempts (writes outside the sandbox, reads of grader paths, signals
-    to the zygote) as lines on `events_fd` for the TA.
+    to the zygote) for the TA, one message each on the worker's event channel (`_events_fd`).
 
     Audit hooks cannot be removed once added. Where the sandbox has its own network namespace
     this is a second wall; where it has none, it is the wall (ctypes could go around it). The
-    event log is a hint only: student code may write to it (adding flags to itself) or close
-    it; what the trusted side observes itself never depends on it.
+    channel is one end of a socket pair whose other end only the trusted side holds, read as
+    soon as a message arrives: what was sent cannot be taken back (a socket cannot be
+    truncated, rewound or reopened for reading). Student code may send more (adding flags to
+    itself) or stop the hook from sending (hiding its later attempts); flooding, malformed
+    messages and closing the channel early are flags of their own, seen by the trusted side.
     """
     import ipaddress
     import socket
@@ -150,6 +156,7 @@ def _refuse_network(events_fd: int | None = None) -> None:
     writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
     def note(kind: str, detail: str) -> None:
+        events_fd = _events_fd[0]
         if events_fd is None or written[0] >= MAX_EVENTS:
             return
         written[0] += 1
@@ -263,6 +270,9 @@ def _handle(request: dict, module: Any, import_error: dict | None, *,
     if import_error is not None:
         return {"import_error": import_error}
     op, args, kwargs = request["op"], request.get("args", ()), request.get("kwargs", {})
+    # A scenario's environment (a rank: the grader hosts the rendezvous store, as torchrun's
+    # agent does), set before the call, after the student's import.
+    os.environ.update(request.get("env") or {})
     place((args, kwargs))
     if op == "call":
         target = getattr(module, request["name"], None)

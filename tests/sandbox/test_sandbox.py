@@ -194,6 +194,25 @@ def double_add(mod, x):
 def rank_value(mod, rank, world_size, port, base):
     return {"rank": rank, "world_size": world_size, "port": port, "value": mod.add(base, rank)}
 
+def rank_group(mod, rank, world_size, port, second_port):
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size)
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    return {"sum": value.item(), "second_port": second_port}
+
+def rank_forged_group(mod, rank, world_size, port):
+    # What a forger does: the ranks "meet" through a file every rank can see.
+    import os, time
+    with open(f"/tmp/forged-{port}-{rank}", "w") as f:
+        f.write(str(rank + 1))
+    while len([n for n in os.listdir("/tmp") if n.startswith(f"forged-{port}-")]) < world_size:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    return {"sum": float(sum(int(open(f"/tmp/forged-{port}-{r}").read())
+                             for r in range(world_size)))}
+
 def rank_crash(mod, rank, world_size, port):
     import os
     if rank == 1:
@@ -212,6 +231,20 @@ def test_ranks_run_in_separate_processes(make_sandbox, tmp_path):
     results = sandbox.run_ranks("rank_value", 2, (10,), 60, tmp_path, "add")
     assert [r["value"] for r in results] == [10, 11]
     assert results[0]["port"] == results[1]["port"] > 0
+
+
+def test_the_graders_store_sees_only_a_real_process_group(make_sandbox, tmp_path):
+    """Ranks meet at rendezvous stores the grader hosts: a real gloo group registers every
+    rank there; ranks that only pretend to have met (through a shared file) leave nothing."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    results = sandbox.run_ranks("rank_group", 3, (), 60, tmp_path, "add", stores=2)
+    assert [r["sum"] for r in results] == [6.0, 6.0, 6.0]
+    assert [store.ranks_met() for store in results.stores] == [[0, 1, 2], []]
+    assert results[0]["second_port"] == results.stores[1].port != results.stores[0].port
+    forged = sandbox.run_ranks("rank_forged_group", 2, (), 60, tmp_path, "add")
+    assert [r["sum"] for r in forged] == [3.0, 3.0]  # the reports alone would pass
+    assert forged.stores[0].ranks_met() == []
+    assert "no process group met" in forged.stores[0].describe()
 
 
 def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
