@@ -70,17 +70,19 @@ class StoreView:
 
 
 class TrustedStore:
-    """A TCPStore server on a loopback port the sandbox of `netns_pid` can reach, in a child
+    """A TCPStore server at `host` (a loopback address) on a port the sandbox of `netns_pid`
+    can reach, in a child
     of the runner that joined the sandbox's network namespace (the server's own client must
     connect from there too). A hostile client can make it big or kill it; it is not the
     runner, and a store that broke shows no rendezvous."""
 
-    def __init__(self, netns_pid: int | None, timeout_s: float = 30.0) -> None:
+    def __init__(self, netns_pid: int | None, host: str = "127.0.0.1",
+                 timeout_s: float = 30.0) -> None:
         self._channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._pid = os.fork()
         if self._pid == 0:  # only what the store needs: the runner has threads
             self._channel.close()
-            _serve(theirs, netns_pid)
+            _serve(theirs, netns_pid, host)
         theirs.close()
         self._channel.settimeout(timeout_s)
         try:
@@ -123,7 +125,7 @@ class TrustedStore:
 _MAX_VIEW_BYTES = MAX_KEYS * (MAX_KEY_CHARS + 8) + 1000
 
 
-def _serve(channel: socket.socket, netns_pid: int | None) -> None:
+def _serve(channel: socket.socket, netns_pid: int | None, host: str) -> None:
     """The store's process: join the sandbox's network namespace, serve, answer one view."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -137,10 +139,10 @@ def _serve(channel: socket.socket, netns_pid: int | None) -> None:
         import torch.distributed as dist
 
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
+        listener.bind((host, 0))
         listener.listen(128)
         port = listener.getsockname()[1]
-        store = dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=30),
+        store = dist.TCPStore(host, port, None, True, datetime.timedelta(seconds=30),
                               wait_for_workers=False, master_listen_fd=listener.fileno())
         channel.sendall(f"port {port}\n".encode())
         channel.recv(1)  # the runner asks once the scenario ended (or closes: it is over)

@@ -119,14 +119,39 @@ class _Encoder:
         children = {n: self.module(c, depth + 1) for n, c in nn.Module.named_children(m)}
         cls = type(m)
         return {"$module": {
-            "type_name": cls.__qualname__, "type_module": cls.__module__,
-            "lineage": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__],
+            "type_name": class_name(cls), "type_module": cls.__module__,
+            "lineage": [f"{c.__module__}.{class_name(c)}" for c in cls.__mro__],
             "attributes": attributes, "parameters": params, "buffers": buffers,
             "children": children, "identity": self.identities.get(id(m)),
         }}
 
 
 _MISSING = object()
+
+# Torch's own classes by name (torch.nn, its modules, torch.utils.data), bound by the worker
+# before the student's module is imported (`bind_torch_classes`): a class the student made
+# under the name of one of them is named as a look-alike, never as torch's.
+_TORCH_CLASSES: dict[str, type] = {}
+
+
+def bind_torch_classes() -> None:
+    import torch
+    import torch.utils.data
+
+    for module in (torch.nn, torch.nn.parallel, torch.utils.data):
+        for name, value in vars(module).items():
+            if isinstance(value, type):
+                _TORCH_CLASSES.setdefault(name, value)
+
+
+def class_name(cls: Any) -> str:
+    """`cls.__qualname__`, unless it is the name of a torch class that `cls` is not (nor
+    derives from): then where it comes from, marked as a look-alike."""
+    name = str(getattr(cls, "__qualname__", "?"))
+    real = _TORCH_CLASSES.get(name)
+    if real is None or (isinstance(cls, type) and issubclass(cls, real)):
+        return name
+    return f"{name} (a look-alike from {getattr(cls, '__module__', '?')}, not torch's)"
 
 
 def _is_plain_tuple(value: Any) -> bool:
