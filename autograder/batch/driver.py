@@ -54,13 +54,16 @@ class BatchSummary:
     total: int  # submissions found
     graded: int  # graded in this run (the grader did not fail on them)
     skipped: int  # unchanged since their last run
-    failed: int  # the grader itself failed on them (they are retried by the next run)
+    # The grader itself failed on them, in whole (no report) or in part (a check it could not
+    # run: a report with a grader error); they are graded again by the next run.
+    failed: int
     seconds: float
     out: Path
     warnings: list[str] = field(default_factory=list)
     left_out: int = 0  # not chosen by --only
     flagged: int = 0  # of those graded in this run, flagged (see submission_status)
     statuses: dict[str, int] = field(default_factory=dict)  # this run's gradings, by status
+    failed_in_part: int = 0  # of `failed`, those with a report (some checks not run)
 
     @property
     def nothing_to_grade(self) -> bool:
@@ -72,8 +75,10 @@ class BatchSummary:
         if self.nothing_to_grade:
             return f"{self.skipped} unchanged, nothing to grade{left_out}"
         flagged = f" ({self.flagged} flagged)" if self.flagged else ""
+        in_part = f" ({self.failed_in_part} graded in part)" if self.failed_in_part else ""
         return (f"{self.total} submissions: {self.graded} graded{flagged}, {self.failed} "
-                f"grader error(s), {self.skipped} unchanged{left_out}, in {self.seconds:g} s")
+                f"grader error(s){in_part}, {self.skipped} unchanged{left_out}, in "
+                f"{self.seconds:g} s")
 
 
 @dataclass
@@ -140,7 +145,7 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
                 continue
             plan.append(planned)
         by_key = {p.task.key: p for p in plan}
-        graded = failed = flagged = 0
+        graded = failed = in_part = flagged = 0
         statuses: dict[str, int] = {}
         outcomes = _run([p.task for p in plan], jobs, backend, address, spec) if plan else []
         bar = tqdm(total=len(plan), unit="submission", disable=not progress or not plan)
@@ -157,7 +162,11 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
                     except OSError as exc:  # e.g. a Ray worker without the shared folder
                         outcome.error = f"its reports could not be put in place: {exc}"
                 status = derive(outcome.report, outcome.error, events)
-                failed += outcome.error is not None
+                if outcome.error is not None:
+                    failed += 1
+                elif status.grader_failed:  # a report, but checks the grader could not run
+                    failed += 1
+                    in_part += 1
                 flagged += status.status == "flagged"
                 statuses[status.status] = statuses.get(status.status, 0) + 1
                 book.record(planned.submission, assignment, outcome, planned.content_hash,
@@ -177,7 +186,7 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
     return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
                         round(time.monotonic() - started, 2), out, warnings,
                         left_out=len(roster.submissions) - len(chosen), flagged=flagged,
-                        statuses=statuses)
+                        statuses=statuses, failed_in_part=in_part)
 
 
 def _show_current(bar: tqdm, waiting: list[str], jobs: int) -> None:

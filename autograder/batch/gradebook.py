@@ -128,13 +128,16 @@ class Gradebook:
                    assignment_version: str, late: LateStatus | None,
                    gpu_now: bool = False) -> bool:
         """True when the latest run of `key` graded these files, with this grader and
-        assignment, under this late status, and did not fail: a re-run can skip it. With
-        `gpu_now`, a run whose GPU tests are pending (gpu_policy: pending) is not current."""
+        assignment, under this late status, and the grader did not fail on it, in whole or in
+        part (a check it could not run): a re-run can skip it. With `gpu_now`, a run whose GPU
+        tests are pending (gpu_policy: pending) is not current."""
         row = self.db.execute(
-            "SELECT content_hash, grader_version, assignment_version, late, error, id FROM runs "
-            "WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+            "SELECT content_hash, grader_version, assignment_version, late, error, id, status "
+            "FROM runs WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
         if row is None or row[4] is not None or tuple(row[:4]) != (
                 content_hash, grader_version, assignment_version, _late_json(late)):
+            return False
+        if SubmissionStatus.from_json(json.loads(row[6]) if row[6] else None).grader_failed:
             return False
         return not (gpu_now and self.db.execute(
             "SELECT 1 FROM outcomes WHERE run_id=? AND status='pending' LIMIT 1",

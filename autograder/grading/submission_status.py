@@ -91,6 +91,7 @@ class SubmissionStatus:
     flags: list[str] = field(default_factory=list)  # every hostile reason seen
     timed_out: int = 0  # coding tests that ran out of time
     crashed: int = 0  # coding tests whose worker died
+    grader_errors: int = 0  # coding tests the grader could not run (whatever the status)
 
     @property
     def title(self) -> str:
@@ -99,6 +100,12 @@ class SubmissionStatus:
     @property
     def needs_a_look(self) -> bool:
         return self.status != "ok"
+
+    @property
+    def grader_failed(self) -> bool:
+        """The grader failed on this submission: it wrote no report (`grader_error`), or could
+        not run some of its checks (even when the submission is also flagged)."""
+        return self.status == "grader_error" or self.grader_errors > 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -109,7 +116,8 @@ class SubmissionStatus:
             return cls("ok")
         return cls(data["status"], str(data.get("detail", "")),
                    [str(f) for f in data.get("flags", [])],
-                   int(data.get("timed_out", 0)), int(data.get("crashed", 0)))
+                   int(data.get("timed_out", 0)), int(data.get("crashed", 0)),
+                   int(data.get("grader_errors", 0)))
 
 
 def derive(report: dict | None, error: str | None = None,
@@ -137,6 +145,7 @@ def derive(report: dict | None, error: str | None = None,
     found = SubmissionStatus("ok", flags=flags, timed_out=slow, crashed=dead)
     problem = _module_problem(report, messages)
     grader_errors = [t for t in failed if str(t.get("message", "")).startswith(_GRADER_ERROR)]
+    found.grader_errors = len(grader_errors)
     if flags:
         found.status, found.detail = "flagged", "; ".join(flags)
     elif grader_errors:

@@ -355,3 +355,61 @@ def test_a_sandbox_that_cannot_start_is_a_grader_error_never_the_students(
     assert "the sandbox could not start: the isolation launcher failed" in row.error
     assert row.status.status == "grader_error"
     assert not (out / "reports" / "alice").exists()  # nothing published (retried next run)
+
+
+# A check of the toy's that is the grader's own bug, for every submission (weight 0: the
+# points stay with the other tests).
+GRADER_BUG = '''
+import pytest
+
+
+def test_add(student):
+    """add: adds"""
+    assert student.add(2, 3) == 5, "add(2, 3) should be 5"
+
+
+@pytest.mark.weight(0)
+def test_add_buggy(student):
+    """add: a check with a bug of its own"""
+    assert student.add(1, 1) == 2 and {}["typo"]
+
+
+def test_divide(student):
+    """divide: divides"""
+    assert student.divide(6, 3) == 2, "divide(6, 3) should be 2"
+
+
+def test_scale(student):
+    """scale: doubles"""
+    assert student.scale(2) == 4, "scale(2) should be 4"
+'''
+
+
+def test_a_check_the_grader_could_not_run_is_a_grader_error_of_the_batch(tmp_path):
+    """Issue 24: a report with a grader_error test was counted as graded ("0 grader error(s)",
+    exit 0). It counts as the grader's failure (graded in part: its reports are published),
+    the command exits 1, and the next run grades it again."""
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course)
+    hidden = course / "assignments" / "toy" / "tests" / "hidden"
+    for old in hidden.glob("*.py"):
+        old.unlink()
+    (hidden / "test_bug.py").write_text(GRADER_BUG)
+    config = course / "grading.yml"
+    submissions = make_class(tmp_path / "s", {"alice": GOOD, "bob": "def add(a, b):\n"
+                                                                    "    return a + b\n"})
+    out = tmp_path / "out"
+    result = subprocess.run([str(AUTOGRADER), "batch", str(submissions), "-a", "toy", "-o",
+                             str(out), "--config", str(config)], capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "2 submissions: 0 graded, 2 grader error(s) (2 graded in part), 0 unchanged" in \
+        result.stdout
+    with Gradebook(out / "gradebook.sqlite") as book:
+        rows = {row.submission.key: row for row in book.latest()}
+    assert {k: r.status.status for k, r in rows.items()} == {"alice": "grader_error",
+                                                             "bob": "grader_error"}
+    assert rows["alice"].status.grader_errors == 1 and rows["alice"].score is not None
+    assert (out / "reports" / "alice" / "results.json").is_file()  # graded, in part
+    again = batch(submissions, "toy", out, config_path=config, progress=False)
+    assert (again.graded, again.skipped, again.failed, again.failed_in_part) == (0, 0, 2, 2)
+    assert again.statuses == {"grader_error": 2}

@@ -44,6 +44,38 @@ def test_status_is_recorded_and_read_back(tmp_path):
         assert book.keys_of("nobody") == []
 
 
+GRADER_BUG = "the grader could not run this check (KeyError: 'typo')"
+
+
+def test_a_run_the_grader_failed_on_in_whole_or_in_part_is_graded_again(tmp_path):
+    with Gradebook(tmp_path / "g.sqlite") as book:
+        def current() -> bool:
+            return book.is_current("alice", "h", "g", "a", None)
+
+        book.record(submission(), "toy", GradeOutcome("alice", report("passed", score=1.0),
+                                                      None, 1.0), "h", "g", "a", None)
+        assert current()
+        book.record(submission(), "toy", GradeOutcome("alice", report("failed", GRADER_BUG),
+                                                      None, 1.0), "h", "g", "a", None)
+        status = book.latest()[0].status
+        assert (status.status, status.grader_errors, status.grader_failed) == \
+            ("grader_error", 1, True)
+        assert not current()
+        # Flagged as well: still a check the grader could not run.
+        flagged = SubmissionStatus("flagged", "tried the network (refused)",
+                                   ["tried the network (refused)"], grader_errors=1)
+        book.record(submission(), "toy", GradeOutcome("alice", report("failed", GRADER_BUG),
+                                                      None, 1.0), "h", "g", "a", None, flagged)
+        assert book.latest()[0].status == flagged and not current()
+        book.record(submission(), "toy", GradeOutcome("alice", None, "the runner died", 1.0),
+                    "h", "g", "a", None)
+        assert not current()
+        book.record(submission(), "toy", GradeOutcome("alice", report("failed", "add(2, 3) "
+                                                      "should be 5"), None, 1.0),
+                    "h", "g", "a", None)
+        assert current()  # the student's own failure
+
+
 def test_a_version_1_gradebook_is_migrated_in_place(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
