@@ -61,19 +61,9 @@ MUTANTS: list[tuple] = [
      "return value.to(device=device or value.device, dtype=target)",
      "return value.to(dtype=target)"),
     ("setup_always_gloo", "setup_ddp", "always picks gloo, even with a GPU per rank",
-     ["setup_ddp: picks nccl and pins cuda:rank before the rendezvous"],
+     ["setup_ddp: picks nccl and pins cuda:rank when every rank has a GPU"],
      '        backend = "nccl" if gpus >= world_size else "gloo"',
      '        backend = "gloo"'),
-    ("setup_pins_after_init", "setup_ddp", "pins the rank's GPU only after the rendezvous",
-     ["setup_ddp: picks nccl and pins cuda:rank before the rendezvous"],
-     """        torch.cuda.set_device(device)  # pin before init, so NCCL uses this rank's GPU
-""", "",
-     """                            rank=rank, world_size=world_size)
-""",
-     """                            rank=rank, world_size=world_size)
-    if backend == "nccl":
-        torch.cuda.set_device(device)
-"""),
     ("setup_nccl_when_any_gpu", "setup_ddp", "picks nccl as soon as there is one GPU",
      ["setup_ddp: falls back to gloo on the CPU when there are fewer GPUs than ranks"],
      '"nccl" if gpus >= world_size else "gloo"', '"nccl" if gpus >= 1 else "gloo"'),
@@ -439,6 +429,42 @@ HANDROLLED: dict[str, str] = {
 ''',
 }
 
+# Correct readings of the docstrings that the hidden tests once failed (issue 24): the GPU
+# pinned after the rendezvous, as PyTorch's own DDP tutorials do (the docstring says only that
+# it is pinned); a ValueError that names only the first missing GPU (it says only ValueError).
+FAITHFUL: dict[str, str] = {
+    "wrap_data_parallel": '''
+    if isinstance(model, WRAPPERS):
+        return model
+    if not torch.cuda.is_available():
+        if device_ids:
+            raise ValueError(f"CUDA is not available: GPUs {list(device_ids)} are missing")
+        return model
+    ids = list(device_ids) if device_ids else list(range(torch.cuda.device_count()))
+    for index in ids:
+        if not isinstance(index, int) or not 0 <= index < torch.cuda.device_count():
+            raise ValueError(f"cuda:{index} is not a visible GPU")  # the first one missing
+    return nn.DataParallel(model.to(f"cuda:{ids[0]}"), device_ids=ids, output_device=ids[0])
+''',
+    "setup_ddp": '''
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+    if dist.is_initialized():
+        raise RuntimeError("setup_ddp: the default process group already exists")
+    if backend is None:
+        enough = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
+        backend = "nccl" if enough else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
+                            rank=rank, world_size=world_size)
+    if backend != "nccl":
+        return torch.device("cpu")
+    torch.cuda.set_device(rank)  # after the rendezvous, before any collective
+    return torch.device("cuda", rank)
+''',
+}
+
 # (file name, header, bodies, imports to add after `import copy`, imports the bodies leave unused)
 ALTS: list[tuple[str, str, dict[str, str], str, tuple[str, ...]]] = [
     ("alt_arithmetic.py",
@@ -450,6 +476,10 @@ ALTS: list[tuple[str, str, dict[str, str], str, tuple[str, ...]]] = [
      "# SyncBatchNorm conversion, explicit TCPStore, the sampler in a BatchSampler, regex\n"
      "# prefix counting.\n",
      HANDROLLED, "import re\n", ("from collections import OrderedDict\n",)),
+    ("alt_faithful.py",
+     "# ALT: correct, as the docstrings read (issue 24): the GPU pinned after the rendezvous,\n"
+     "# a ValueError naming only the first missing GPU.\n",
+     FAITHFUL, "", ()),
 ]
 
 

@@ -312,3 +312,24 @@ def test_alternative_solution_scores_full_coding_marks(graded: Graded, mutants_d
     assert header(path, "ALT"), f"{path.name} has no '# ALT:' line"
     report = graded[path.stem]
     assert part(report, "coding") == 70, failures(coding(report))
+
+
+# Issue 24: correct readings of a docstring that the hidden tests once failed, all in one
+# alternative (scripts/make_mutants.py's alt_faithful, one grading); each of these functions
+# gets every point of every test, with the tests that used to fail named here.
+FAITHFUL = {
+    "setup_ddp": ("pins the GPU after init_process_group, as PyTorch's DDP tutorial does",
+                  "setup_ddp: picks nccl and pins cuda:rank when every rank has a GPU"),
+    "wrap_data_parallel": ("its ValueError names only the first missing GPU",
+                           "wrap_data_parallel: raises ValueError for GPUs that are not there"),
+}
+
+
+@pytest.mark.parametrize("function", sorted(FAITHFUL))
+def test_a_faithful_reading_of_the_docstring_gets_full_points(graded: Graded,
+                                                              function: str) -> None:
+    reading, once_failed = FAITHFUL[function]
+    tests = [t for t in coding(graded["alt_faithful"]) if t.item == function]
+    assert once_failed in {t.name for t in tests}, f"no test {once_failed!r}"
+    lost = [t for t in tests if t.score < t.max_score and t.status != "excluded"]
+    assert not lost, f"{function} ({reading}):\n{failures(lost)}"
