@@ -1,4 +1,4 @@
-"""Make ddp_training's mutants from its reference solution.
+"""Make ddp_training's mutants and alternative solutions from its reference solution.
 
 The sibling of scripts/make_mutants.py (same header format, same one-edit-at-a-time check):
 each mutant is the reference with one classic mistake of multi-process training, and names the
@@ -9,7 +9,7 @@ assignments/ddp_training/examples/partial/ (a few mutants' mistakes, half of the
 
     .venv/bin/python scripts/make_ddp_training_mutants.py              # (re)write the example
     .venv/bin/python scripts/make_ddp_training_mutants.py --check      # exit 1 if it differs
-    .venv/bin/python scripts/make_ddp_training_mutants.py --write DIR  # the mutants, to read
+    .venv/bin/python scripts/make_ddp_training_mutants.py --write DIR  # mutants, alternatives
 
 grading.yml's `generators` lists this script, so `autograder generate [--check]` covers it.
 """
@@ -135,17 +135,48 @@ MUTANTS: list[tuple] = [
      "    return model"),
 ]
 
+# Correct solutions written differently (header `# ALT: ...`), as edits of the reference like
+# the mutants': each must score full marks. alt_faithful holds the readings of the docstrings
+# that the hidden and public tests once failed (issue 24).
+ALTS: list[tuple] = [
+    ("alt_faithful",
+     "# ALT: correct, as the docstrings read (issue 24): torch's save and load imported by name\n"
+     "# (from torch import load, save), load's map_location given by position on the CPU and as\n"
+     "# PyTorch's DDP tutorial writes it on GPUs ({'cuda:0': f'cuda:{rank}'}), the accuracy's\n"
+     "# counts divided in float32, the launch variables checked in another order.\n",
+     "from torch import nn\n", "from torch import load, nn, save\n",
+     "    for name in LAUNCH_VARIABLES:\n",
+     '    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK"):\n',
+     '''        torch.save({"model": _unwrapped(model).state_dict(),
+                    "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+''', '''        save({"model": _unwrapped(model).state_dict(),
+              "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+''',
+     "    checkpoint = torch.load(path, map_location=device)\n",
+     '''    if device.type == "cuda":  # the GPU it was saved from, mapped to this rank's
+        checkpoint = load(path, map_location={"cuda:0": f"cuda:{dist.get_rank()}"})
+    else:
+        checkpoint = load(path, device)
+''',
+     "    totals = torch.tensor([correct, counted], dtype=torch.float64, device=device)\n",
+     "    totals = torch.tensor([correct, counted], dtype=torch.float32, device=device)\n",
+     "    return float(totals[0] / totals[1])\n", "    return (totals[0] / totals[1]).item()\n"),
+]
+
 # The demo's partly correct example: a few of the mistakes above, and half of the key.
 PARTIAL_MISTAKES = ("epochs_no_set_epoch", "save_no_barrier", "amp_clip_before_unscale")
 
 
 def mutant_files(solution: str) -> dict[str, str]:
-    """File name -> content of every mutant."""
-    return {f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
+    """File name -> content of every mutant and every alternative solution."""
+    files = {f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
+    for name, header, *edits in ALTS:
+        files[f"{name}.py"] = header + _mutate(reference(solution), (name, "", "", [], *edits))
+    return files
 
 
 def write_mutants(folder: Path, solution: str | None = None) -> list[Path]:
-    """Write every mutant into `folder` (made if missing); their paths."""
+    """Write every mutant and alternative into `folder` (made if missing); their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in mutant_files(solution or SOLUTION.read_text()).items():

@@ -12,6 +12,7 @@ from inputs drawn for this grading.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -256,20 +257,52 @@ def _simulated() -> bool:
     return bool(simulated_cuda.active())
 
 
-def _count_calls(module: Any, name: str, cpu_storage: bool = False) -> list:
-    """Replace module.name by a wrapper noting each call's keyword arguments (as text). With
-    `cpu_storage` (simulated GPUs, which have no CUDA storage to deserialise into), the call
-    itself reads onto the CPU; the model's own tensors carry the devices."""
-    original = getattr(module, name)
+def _location(value: Any) -> Any:
+    """torch.load's map_location as data: None, a device as text ("cuda:1"), {"mapping":
+    {location: device as text}} for a dict, or {"other": its type's name}."""
+    if value is None:
+        return None
+    if isinstance(value, (str, torch.device)):
+        try:
+            return str(torch.device(value))
+        except (RuntimeError, TypeError, ValueError):
+            return str(value)[:100]
+    if isinstance(value, dict):
+        return {"mapping": {k: _location(v) if isinstance(v, (str, torch.device))
+                            else {"other": type(v).__name__}
+                            for k, v in list(value.items())[:20] if isinstance(k, str)}}
+    return {"other": type(value).__name__}
+
+
+def _count_calls(mod: Any, name: str, cpu_storage: bool = False) -> list:
+    """Replace torch.<name> (save or load) by a wrapper that notes each call, wherever the
+    student's code may reach it: torch, torch.serialization, and the student's module itself
+    (`from torch import save`). For torch.load the note is where its map_location, given by
+    name or by position, says to put the tensors (see _location). With `cpu_storage`
+    (simulated GPUs, which have no CUDA storage to deserialise into), the call itself reads
+    onto the CPU; the model's own tensors carry the devices."""
+    original = getattr(torch, name)
+    signature = inspect.signature(original)
     calls: list = []
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        calls.append({k: str(v) for k, v in kwargs.items()})
-        if cpu_storage:
-            kwargs = {**kwargs, "map_location": "cpu"}
-        return original(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:  # the call fails as it would have; noted all the same
+            calls.append({})
+            return original(*args, **kwargs)
+        call = {}
+        if "map_location" in signature.parameters:
+            call["map_location"] = _location(bound.arguments.get("map_location"))
+            if cpu_storage:
+                bound.arguments["map_location"] = "cpu"
+        calls.append(call)
+        return original(*bound.args, **bound.kwargs)
 
-    setattr(module, name, wrapper)
+    for home in (torch, torch.serialization, mod):
+        for attr, value in list(vars(home).items()):
+            if value is original:
+                setattr(home, attr, wrapper)
     return calls
 
 
@@ -288,7 +321,7 @@ def save_ranks(mod: Any, rank: int, world_size: int, port: int, folder_name: str
     folder = os.path.join(os.environ.get("TMPDIR", "/tmp"), folder_name)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "checkpoint.pt")
-    saves = _count_calls(torch, "save")
+    saves = _count_calls(mod, "save")
     report = _attempt(mod.save_checkpoint, path, ddp, optimizer, epoch)
     report["saves"] = len(saves)
     report["exists_after"] = os.path.exists(path)
@@ -314,7 +347,7 @@ def load_ranks(mod: Any, rank: int, world_size: int, port: int, folder_name: str
     model = model.to(device)
     ddp = DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
-    loads = _count_calls(torch, "load", cpu_storage=_simulated())
+    loads = _count_calls(mod, "load", cpu_storage=_simulated())
     report = _attempt(mod.load_checkpoint, path, ddp, optimizer, device)
     report["loads"] = loads
     report["state"] = _state(ddp)

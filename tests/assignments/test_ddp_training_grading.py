@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ _spec = importlib.util.spec_from_file_location("make_ddp_training_mutants", SCRI
 GENERATOR = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(GENERATOR)
 MUTANTS = sorted(spec[0] for spec in GENERATOR.MUTANTS)  # their files: the mutants_dir fixture
+ALTS = sorted(spec[0] for spec in GENERATOR.ALTS)  # correct solutions written differently
 PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
 pytestmark = pytest.mark.slow
 
@@ -42,7 +44,7 @@ def header(path: Path, tag: str) -> list[str]:
 def mutants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("ddp_training_mutants")
     written = GENERATOR.write_mutants(folder, ASSIGNMENT.solution.read_text())
-    assert sorted(p.stem for p in written) == MUTANTS
+    assert sorted(p.stem for p in written) == sorted([*MUTANTS, *ALTS])
     return folder
 
 
@@ -126,7 +128,7 @@ def test_generator_writes_the_graded_mutants_for_reviewers(tmp_path: Path,
     assert run.returncode == 0, run.stdout + run.stderr
     written = {p.name: p.read_text() for p in (tmp_path / "review").iterdir()}
     assert written == {p.name: p.read_text() for p in mutants_dir.iterdir()}
-    assert len(written) == len(MUTANTS)
+    assert len(written) == len(MUTANTS) + len(ALTS)
 
 
 @pytest.mark.parametrize("name", MUTANTS)
@@ -139,3 +141,51 @@ def test_mutant_fails_only_its_function(graded, mutants_dir: Path, name: str) ->
     for expected in header(path, "EXPECT_FAIL"):
         assert any(expected in n for n in names), (expected, names)
     assert all(n.startswith(f"{function}: ") for n in names), names
+
+
+@pytest.mark.parametrize("name", ALTS)
+def test_alternative_solution_scores_full_coding_marks(graded, mutants_dir: Path,
+                                                       name: str) -> None:
+    assert header(mutants_dir / f"{name}.py", "ALT"), f"{name} has no '# ALT:' line"
+    report = graded[name]
+    assert not failed(report), [(t.name, t.message) for t in failed(report)]
+    assert part(report, "coding") == 70
+
+
+# Issue 24: correct readings of a docstring that the tests once failed, all in alt_faithful
+# (one grading); each of these functions gets every point of every test, among them the ones
+# that used to fail, named here.
+FAITHFUL = {
+    "evaluate_accuracy": ("the counts divided in float32 (0.4000000059604645 for 0.4)",
+                          ["evaluate_accuracy: accuracy over the whole dataset"]),
+    "load_checkpoint": ("torch.load(path, device) on the CPU, map_location={'cuda:0': "
+                        "f'cuda:{rank}'} on GPUs, both through `from torch import load`",
+                        ["load_checkpoint: every rank loads onto its own GPU",
+                         "load_checkpoint: on CPU ranks"]),
+    "save_checkpoint": ("`from torch import save`",
+                        ["save_checkpoint: rank 0 writes model, optimizer and epoch once"]),
+}
+
+
+@pytest.mark.parametrize("function", sorted(FAITHFUL))
+def test_a_faithful_reading_of_the_docstring_gets_full_points(graded, function: str) -> None:
+    reading, once_failed = FAITHFUL[function]
+    tests = [t for t in graded["alt_faithful"].tests
+             if t.part == "coding" and t.name.startswith(f"{function}: ")]
+    for name in once_failed:
+        assert any(t.name.startswith(name) for t in tests), f"no test {name!r}"
+    lost = [(t.name, t.message) for t in tests if t.score < t.max_score]
+    assert not lost, f"{function} ({reading}): {lost}"
+
+
+def test_the_public_tests_accept_the_launch_variables_checked_in_any_order(
+        tmp_path: Path, mutants_dir: Path) -> None:
+    """The public check of a missing variable matched "RANK" with every variable unset, so an
+    init_from_env that checks WORLD_SIZE first failed it (issue 24)."""
+    shutil.copytree(ASSIGNMENT.public_tests, tmp_path / "tests")
+    shutil.copy(mutants_dir / "alt_faithful.py", tmp_path / "ddp_training.py")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests", "-k", "init_from_env"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "6 passed" in run.stdout, run.stdout

@@ -23,11 +23,20 @@ def test_global_mean_without_group():
     assert S.global_mean(3.5) == 3.5
 
 
-def test_init_from_env_missing_variable(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ValueError, match="RANK"):
-        S.init_from_env()
+@pytest.mark.parametrize("missing", ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                     "MASTER_PORT"])
+def test_init_from_env_missing_variable(monkeypatch, missing):
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(missing)
+    try:
+        with pytest.raises(ValueError, match=missing):
+            S.init_from_env(backend="gloo")
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def test_init_from_env_one_process(monkeypatch):

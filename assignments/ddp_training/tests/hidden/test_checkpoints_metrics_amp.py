@@ -84,6 +84,33 @@ def trained_checkpoint():
     return checkpoint, momentum
 
 
+def lands_on(load) -> str | None:
+    """Where a torch.load call puts a tensor saved from cuda:0, given its map_location as
+    probes.load_ranks describes it (by name or by position; a device, or a mapping of saved
+    locations as PyTorch's DDP tutorial writes it); None when it cannot be told."""
+    location = load.get("map_location")
+    if location is None:
+        return "cuda:0"  # where it was saved from
+    if isinstance(location, str):
+        return location
+    mapping = location.get("mapping") if isinstance(location, dict) else None
+    if isinstance(mapping, dict):
+        target = mapping.get("cuda:0", "cuda:0")
+        return target if isinstance(target, str) else None
+    return None
+
+
+def given(load) -> str:
+    location = load.get("map_location")
+    if location is None:
+        return "it was called without map_location"
+    if isinstance(location, dict) and isinstance(location.get("mapping"), dict):
+        return f"it was given map_location={dict(location['mapping'])}"
+    if isinstance(location, dict):
+        return f"it was given a map_location the grader cannot follow ({location.get('other')})"
+    return f"it was given map_location={location}"
+
+
 def check_loaded(reports, checkpoint, momentum, devices) -> None:
     for rank, report in enumerate(reports):
         error_of(report, f"load_checkpoint on rank {rank}")
@@ -98,9 +125,10 @@ def check_loaded(reports, checkpoint, momentum, devices) -> None:
             for m, want in zip(report["momentum"], momentum, strict=True)), (
             f"rank {rank}: the optimizer's state (momentum buffers) was not loaded")
         loads = report["loads"]
-        assert loads and loads[0].get("map_location") == devices[rank], (
-            f"rank {rank}: torch.load must be given map_location={devices[rank]}, the rank's "
-            f"own device; it got {loads[0] if loads else 'no call'}")
+        assert loads and lands_on(loads[0]) == devices[rank], (
+            f"rank {rank}: torch.load must put a checkpoint saved from cuda:0 on "
+            f"{devices[rank]}, the rank's own device (map_location={devices[rank]}); "
+            f"{given(loads[0]) if loads else 'torch.load was not called'}")
         assert report["param_devices"] == [devices[rank]], (
             f"rank {rank}: the model must stay on {devices[rank]}")
 
@@ -183,12 +211,14 @@ def test_evaluate_counts_each_sample_once(student):
                 (best - second).min() > 1e-4:
             break
     reports = student.run_ranks(probes.evaluate_ranks, world, model, data, rng.randint(2, 5))
+    # Counts divided in float32 are off by up to 6e-8 (0.4000000059604645 for 0.4); a count
+    # that is off moves the accuracy by 1 / n, over 0.03.
     for rank, report in enumerate(reports):
         error_of(report, f"evaluate_accuracy on rank {rank}")
         got = report["value"]
-        assert type(got) is float and abs(got - right) <= 1e-9, (
-            f"rank {rank}: accuracy {got!r}, expected {right:.6f} (each of the {n} samples "
-            "counted once, over all ranks)")
+        assert type(got) is float and abs(got - right) <= 1e-6, (
+            f"rank {rank}: accuracy {got!r}, expected {right:.6f} to within 1e-6 (each of the "
+            f"{n} samples counted once, over all ranks)")
         assert report["training_after"], "the model's training mode must be restored"
 
 
