@@ -5,7 +5,7 @@ content), the grader's own failure and the sandbox's event log:
 
 - `flagged`: hostile behaviour: a refused socket, a write outside the sandbox, a read of the
   grader's files, a signal to the grader or to the sandbox's parent, an import hang, an
-  over-limit reply;
+  over-limit reply, tampering with the sandbox's event channel;
 - `grader_error`: the grader failed (no report), or could not run some checks;
 - `no_module`: no module in the submission;
 - `not_importable`: the module raised at import (a syntax or import error), with the error;
@@ -24,10 +24,13 @@ import that hung, a reply over the size limit): student code can make these appe
 exception message may say anything) but cannot remove them, and `flagged` outranks every other
 status, so a student can only ever add a flag to itself. The sandbox's audit hook also notes
 attempts the trusted side cannot see (a refused socket that the student code caught, a write to
-a read-only path, a read of a grader path) as marked lines in the zygote's log, a file on the
-grader's side the student never sees (`read_sandbox_events`). That log is written from inside
-the sandbox: student code may forge lines (flagging itself) or close its copy of the log (hiding
-its later attempts from it); it never changes a score and never clears a trusted observation.
+a read-only path, a read of a grader path, a signal to the zygote), sent on each worker's event
+channel, which only the trusted runner reads, as it arrives (autograder.sandbox.events): what
+was sent is out of the sandbox's reach, and the runner keeps it in a records file of its own in
+the grader's folder (`read_sandbox_events`). Student code may send more (flagging itself) or
+stop its hook from sending (hiding its later attempts); flooding the channel, sending what is
+not an event and closing the channel while it still runs are flags of their own, observed by
+the runner. None of it changes a score or clears a trusted observation.
 
 The student's report never mentions flags: they are kept next to it in `TA_EVENTS_FILE`, which
 the batch takes out before publishing the reports, and shown only in the TA's outputs.
@@ -43,6 +46,7 @@ from pathlib import Path
 
 from autograder.grading.statuses import SUBMISSION_STATES, SubmissionState
 from autograder.project.inert import clip, inert
+from autograder.sandbox.events import EVENTS_SUFFIX, MAX_PER_KIND
 
 STATUSES = SUBMISSION_STATES
 NEEDS_A_LOOK = tuple(s for s in STATUSES if s != "ok")
@@ -51,15 +55,20 @@ TITLES = {"flagged": "flagged", "grader_error": "grader error", "no_module": "no
           "blank": "blank", "ok": "ok"}
 
 TA_EVENTS_FILE = "ta-sandbox-events.json"  # next to the reports; taken out by the batch
-EVENT_MARK = b"autograder-sandbox-event "  # sandbox_runtime.worker.EVENT_MARK
-MAX_LOG_BYTES = 1 << 20  # read of one zygote log (the sandbox wrote it: bounded here)
+MAX_RECORDS_BYTES = 1 << 20  # read of one records file (what is in it came from a sandbox)
 MAX_EVENTS = 40
 MAX_DETAIL = 300
 EVENT_REASONS = {
+    # sent by the sandbox's audit hook (autograder.sandbox.events.SANDBOX_KINDS)
     "network": "tried the network (refused)",
     "write": "tried to write outside its sandbox",
     "read": "tried to read the grader's files",
     "signal": "sent a signal to the grader's processes",
+    "unexpected": "unexpected sandbox event",
+    # observed by the runner reading the channels (autograder.sandbox.events.TRUSTED_KINDS)
+    "flood": "flooded its sandbox's event channel",
+    "malformed": "sent what is not an event on its sandbox's event channel",
+    "closed": "closed its sandbox's event channel while its code still ran",
 }
 
 # Trusted messages (written by the grader's runner and sandbox client, never by the sandbox).
@@ -192,37 +201,46 @@ def _event_flags(events: list[dict]) -> list[str]:
 
 
 def read_sandbox_events(workdir: Path) -> list[dict]:
-    """The events the sandboxes of one grading noted in their zygote logs (`*-zygote.log` in
-    the grader's folder). The logs were written by sandbox processes: each is opened without
-    following links, read only when it is a regular file, and at most MAX_LOG_BYTES of it."""
+    """The events the sandboxes of one grading sent, as its runners received and recorded them
+    (`*-events.jsonl` in the grader's folder, see autograder.sandbox.events). Only our own
+    runners write these files (one not ours is not read), but their text came from sandboxes:
+    each is opened without following links, read only when it is a regular file, at most
+    MAX_RECORDS_BYTES of it; at most MAX_PER_KIND events of a kind are kept (a flood of one
+    kind hides no other), MAX_EVENTS in all, clipped and inert."""
     events: list[dict] = []
+    kept: dict[str, int] = {}
     try:
-        logs = sorted(p for p in workdir.iterdir() if p.name.endswith("-zygote.log"))
+        records = sorted(p for p in workdir.iterdir() if p.name.endswith(EVENTS_SUFFIX))
     except OSError:
         return events
-    for log in logs:
-        for raw in _bounded_read(log).split(b"\n"):
-            if not raw.startswith(EVENT_MARK) or len(events) >= MAX_EVENTS:
-                continue
+    for path in records:
+        for raw in _bounded_read(path, owned=True).split(b"\n"):
             try:
-                data = json.loads(raw[len(EVENT_MARK):])
+                data = json.loads(raw)
             except ValueError:
+                continue  # (an empty line; our runner writes nothing else)
+            if not isinstance(data, dict) or len(events) >= MAX_EVENTS:
                 continue
-            if isinstance(data, dict):
-                events.append({"kind": clip(inert(str(data.get("kind", ""))), 40),
-                               "detail": clip(inert(str(data.get("detail", ""))), MAX_DETAIL)})
+            kind = clip(inert(str(data.get("kind", ""))), 40)
+            if kept.get(kind, 0) >= MAX_PER_KIND:
+                continue
+            kept[kind] = kept.get(kind, 0) + 1
+            events.append({"kind": kind,
+                           "detail": clip(inert(str(data.get("detail", ""))), MAX_DETAIL)})
     return events
 
 
-def _bounded_read(path: Path) -> bytes:
+def _bounded_read(path: Path, owned: bool = False) -> bytes:
+    """At most MAX_RECORDS_BYTES of a regular file (`owned`: only one of this user's)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return b""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or (owned and found.st_uid != os.geteuid()):
             return b""
-        return os.read(fd, MAX_LOG_BYTES)
+        return os.read(fd, MAX_RECORDS_BYTES)
     except OSError:
         return b""
     finally:

@@ -1,6 +1,6 @@
 """The status of a submission (autograder.grading.submission_status): derived from the report, the
-grader's failure and the sandbox's event log; flags can be added by student code, never
-cleared, and the event log is read from the grader's side as untrusted data."""
+grader's failure and the sandbox's events; flags can be added by student code, never
+cleared, and the runners' records of the events are read as untrusted data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import os
 
 from autograder.grading.submission_status import (
-    EVENT_MARK,
+    MAX_EVENTS,
     TA_EVENTS_FILE,
     SubmissionStatus,
     derive,
@@ -16,6 +16,7 @@ from autograder.grading.submission_status import (
     read_sandbox_events,
     take_kept_events,
 )
+from autograder.sandbox.events import EVENTS_SUFFIX, MAX_PER_KIND
 
 
 def report(*coding: tuple[str, str], warnings: list[str] | None = None) -> dict:
@@ -88,20 +89,38 @@ def test_events_add_flags_and_a_forged_message_cannot_remove_one():
     assert SubmissionStatus.from_json({"status": "nonsense"}).status == "ok"
 
 
-def test_the_event_log_is_read_as_untrusted_data(tmp_path):
+def test_the_records_are_read_as_untrusted_data(tmp_path):
+    """The runners' records of what sandboxes sent (autograder.sandbox.events): written by the
+    grader alone, but their text came from a sandbox."""
     work = tmp_path / "work"
     work.mkdir()
-    line = EVENT_MARK + json.dumps({"kind": "network", "detail": "\x1b[2Jcleared"}).encode()
-    (work / "sandbox-1-zygote.log").write_bytes(
-        b"torch warning\n" + line + b"\n" + EVENT_MARK + b"{not json\n" + EVENT_MARK + b"[1]\n")
+    line = json.dumps({"kind": "network", "detail": "\x1b[2Jcleared"}).encode()
+    (work / f"sandbox-1{EVENTS_SUFFIX}").write_bytes(
+        line + b"\n" + b"{not json\n" + b"[1]\n\n"
+        + json.dumps({"kind": "read", "detail": "x" * 5000}).encode() + b"\n")
     secret = tmp_path / "secret"
-    secret.write_bytes(line + b"\n")
-    os.symlink(secret, work / "sandbox-2-zygote.log")  # never followed
-    os.mkfifo(work / "sandbox-3-zygote.log")  # never blocks
-    (work / "sandbox-4-zygote.log").write_bytes((line + b"\n") * 100000)  # bounded
+    secret.write_bytes(json.dumps({"kind": "secret", "detail": "linked"}).encode() + b"\n")
+    os.symlink(secret, work / f"sandbox-2{EVENTS_SUFFIX}")  # never followed
+    os.mkfifo(work / f"sandbox-3{EVENTS_SUFFIX}")  # never blocks
+    (work / f"sandbox-4{EVENTS_SUFFIX}").write_bytes((line + b"\n") * 100000)  # bounded
+    flood = b"".join(json.dumps({"kind": f"kind-{i}", "detail": ""}).encode() + b"\n"
+                     for i in range(100))
+    (work / f"sandbox-5{EVENTS_SUFFIX}").write_bytes(flood)
+    if os.geteuid() == 0:  # a file not the grader's user's (read first, were it read)
+        foreign = work / f"sandbox-0{EVENTS_SUFFIX}"
+        foreign.write_bytes(json.dumps({"kind": "foreign", "detail": ""}).encode() + b"\n")
+        os.chown(foreign, 12345, 12345)
+    # The zygote's log is no channel: a marked line there is nobody's event.
+    (work / "sandbox-7-zygote.log").write_bytes(
+        b"autograder-sandbox-event " + json.dumps({"kind": "write", "detail": "log"}).encode())
     events = read_sandbox_events(work)
     assert events[0] == {"kind": "network", "detail": "\\x1b[2Jcleared"}  # made inert
-    assert len(events) == 40
+    assert events[1]["kind"] == "read" and len(events[1]["detail"]) <= 300  # clipped
+    # A few of each kind (one kind's flood pushes no other out), a bounded number in all.
+    assert [e["kind"] for e in events].count("network") == MAX_PER_KIND
+    assert len(events) == MAX_EVENTS
+    seen = {e["kind"] for e in events}
+    assert not seen & {"secret", "write", "foreign"}
     out = tmp_path / "out"
     keep_sandbox_events(work, out)
     assert (out / TA_EVENTS_FILE).is_file()
@@ -110,3 +129,10 @@ def test_the_event_log_is_read_as_untrusted_data(tmp_path):
     assert take_kept_events(out) == []
     keep_sandbox_events(tmp_path / "nothing", out)
     assert not (out / TA_EVENTS_FILE).exists()  # no events, no file
+
+
+def test_tampering_with_the_event_channel_is_a_flag_with_its_reason():
+    for kind, words in (("flood", "flooded"), ("malformed", "not an event"),
+                        ("closed", "closed its sandbox's event channel")):
+        found = derive(report(PASS, PASS), None, [{"kind": kind, "detail": "seen by the grader"}])
+        assert found.status == "flagged" and words in found.detail, found
