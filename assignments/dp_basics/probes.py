@@ -194,6 +194,19 @@ def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- helpers
 
 
+# Bound when probes.py is imported, before the student's module is: rebinding torch.nn's names
+# later does not change what these checks test.
+_SYNC_BATCHNORM = nn.SyncBatchNorm
+_NORM_BASE = nn.modules.batchnorm._NormBase
+
+
+try:  # the sandbox's codec knows torch's classes as they were before the student's import
+    from agsandbox.codec import class_name as _class_name
+except ImportError:  # on the trusted side, which never runs a scenario
+    def _class_name(cls: type) -> str:
+        return cls.__name__
+
+
 def _error(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "types": [c.__name__ for c in type(exc).__mro__],
             "message": str(exc)[:2000]}
@@ -304,7 +317,7 @@ def wrap_dp_on_gpu(mod: Any, model: nn.Module, device_ids: list[int] | None,
     """wrap_data_parallel with CUDA: where the parameters and the gathered output are."""
     wrapped = mod.wrap_data_parallel(model, device_ids)
     report: dict[str, Any] = {
-        "type": type(wrapped).__name__,
+        "type": _class_name(type(wrapped)),
         "device_ids": [int(i) for i in getattr(wrapped, "device_ids", [])],
         "output_device": getattr(wrapped, "output_device", None),
         "param_devices": sorted({str(p.device) for p in wrapped.parameters()}),
@@ -375,9 +388,9 @@ def match_dtype_on(mod: Any, inputs: tuple, model: nn.Module, device: str) -> di
 def _norm_report(model: nn.Module, sentinel: Any = None) -> list[dict]:
     rows = []
     for name, m in model.named_modules():
-        row: dict[str, Any] = {"name": name, "type": type(m).__name__,
+        row: dict[str, Any] = {"name": name, "type": _class_name(type(m)),
                                "training": bool(m.training)}
-        if isinstance(m, nn.modules.batchnorm._NormBase):
+        if isinstance(m, _NORM_BASE):
             row.update(
                 eps=float(m.eps), momentum=m.momentum, affine=bool(m.affine),
                 track_running_stats=bool(m.track_running_stats),
@@ -391,7 +404,7 @@ def _norm_report(model: nn.Module, sentinel: Any = None) -> list[dict]:
                 num_batches_tracked=None if getattr(m, "num_batches_tracked", None) is None
                 else int(m.num_batches_tracked),
             )
-            if isinstance(m, nn.SyncBatchNorm):
+            if isinstance(m, _SYNC_BATCHNORM):
                 row["process_group_is_sentinel"] = m.process_group is sentinel \
                     if sentinel is not None else None
                 row["process_group_is_none"] = m.process_group is None
@@ -427,7 +440,7 @@ def convert_syncbn(mod: Any, model: nn.Module, use_sentinel: bool, prepare: str 
     converted = mod.convert_to_sync_batchnorm(model, sentinel) if use_sentinel \
         else mod.convert_to_sync_batchnorm(model)
     return {"before": before, "after": _norm_report(converted, sentinel),
-            "returned_type": type(converted).__name__}
+            "returned_type": _class_name(type(converted))}
 
 
 def convert_syncbn_in_ddp(mod: Any, rank: int, world_size: int, port: int) -> dict:
@@ -452,8 +465,8 @@ def syncbn_in_ddp_ranks(mod: Any, rank: int, world_size: int, port: int, model: 
     out = ddp(x)
     mse(out, y.to(device)).backward()
     return {"output": out, "grads": _grads(converted), "state": _state(converted),
-            "norm_types": sorted({type(m).__name__ for m in converted.modules()
-                                  if isinstance(m, nn.modules.batchnorm._NormBase)})}
+            "norm_types": sorted({_class_name(type(m)) for m in converted.modules()
+                                  if isinstance(m, _NORM_BASE)})}
 
 
 # ----------------------------------------------------------------------------- Part D
@@ -542,7 +555,7 @@ def ddp_gradients(mod: Any, rank: int, world_size: int, port: int, model: nn.Mod
     if "value" not in report:
         return report
     wrapped = report.pop("value")
-    report["type"] = type(wrapped).__name__
+    report["type"] = _class_name(type(wrapped))
     report["device_ids"] = _plain(getattr(wrapped, "device_ids", None))
     report["param_devices"] = sorted({str(p.device) for p in wrapped.parameters()})
     x, y = batch
@@ -596,7 +609,7 @@ def loader_report(mod: Any, dataset: Dataset, global_batch: int, world_size: int
                                                      "sampler", None)}
         row: dict[str, Any] = {
             "batch_size": getattr(loader, "batch_size", None),
-            "samplers": {where: [c.__name__ for c in type(s).__mro__]
+            "samplers": {where: [_class_name(c) for c in type(s).__mro__]
                          for where, s in samplers.items() if s is not None},
             "epochs": [],
         }
@@ -614,7 +627,7 @@ def loader_error(mod: Any, dataset: Dataset, global_batch: int, rank: int,
     """make_distributed_loader with arguments that do not fit: what it raised, if anything."""
     report = _attempt(mod.make_distributed_loader, dataset, global_batch, rank, world_size)
     if "value" in report:
-        report["value"] = type(report["value"]).__name__
+        report["value"] = _class_name(type(report["value"]))
     return report
 
 
@@ -648,10 +661,10 @@ def wrap_ddp_gpu_rank(mod: Any, rank: int, world_size: int, port: int,
     sync_batchnorm=True), and what the wrapper holds."""
     device = _init_gpu_group(rank, world_size, port)
     ddp = _kept(mod.wrap_ddp(model, device, sync_batchnorm=True))
-    return {"type": type(ddp).__name__,
+    return {"type": _class_name(type(ddp)),
             "device_ids": [int(i) for i in (getattr(ddp, "device_ids", None) or [])],
-            "norm_types": sorted({type(m).__name__ for m in ddp.modules()
-                                  if isinstance(m, nn.modules.batchnorm._NormBase)}),
+            "norm_types": sorted({_class_name(type(m)) for m in ddp.modules()
+                                  if isinstance(m, _NORM_BASE)}),
             "param_devices": sorted({str(p.device) for p in ddp.parameters()})}
 
 
@@ -664,8 +677,8 @@ def syncbn_under_ddp(mod: Any, rank: int, world_size: int, port: int, model: nn.
     device = _init_gpu_group(rank, world_size, port, devices[rank], backend)
     converted = mod.convert_to_sync_batchnorm(model)
     report: dict[str, Any] = {
-        "norm_types": sorted({type(m).__name__ for m in converted.modules()
-                              if isinstance(m, nn.modules.batchnorm._NormBase)})}
+        "norm_types": sorted({_class_name(type(m)) for m in converted.modules()
+                              if isinstance(m, _NORM_BASE)})}
     ddp = _kept(DistributedDataParallel(converted.to(device), device_ids=[device.index]))
     share = inputs.shape[0] // world_size
     x = inputs[rank * share:(rank + 1) * share].to(device)

@@ -200,12 +200,14 @@ class Student:
             gpus=self._simulated)), reads=self._reads)
 
     def run_ranks(self, fn: Callable, world_size: int, *args: Any,
-                  per_rank: list | None = None, stores: int = 1) -> RankResults:
+                  per_rank: list | None = None, stores: int = 1,
+                  store_host: str = "127.0.0.1") -> RankResults:
         """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes;
         with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument.
 
         `port` is a rendezvous store the grader hosts (`stores=2`: a second one, its port
-        right after `port`); the result's `stores` say which ranks met at each
+        right after `port`), listening at `store_host` (a loopback address) only; the
+        result's `stores` say which ranks met at each
         (`StoreView.ranks_met()`): only ranks that made a real process group there did."""
         function, name = self._spec.function, _probe_name(fn)
         self._plugin.refuse_if_blocked(function, self._spec)
@@ -232,7 +234,8 @@ class Student:
             try:
                 return rank_reports(sandbox.run_ranks(
                     name, world_size, args, timeout, self._plugin.rank_output_dir(), function,
-                    gpus=self._simulated, per_rank=per_rank, stores=stores), self._reads)
+                    gpus=self._simulated, per_rank=per_rank, stores=stores,
+                    store_host=store_host), self._reads)
             except SandboxTimeout as exc:
                 if hangs <= 0 or crashes <= 0:
                     self._plugin.record_hang(function, exc.seconds, self._spec)

@@ -810,14 +810,16 @@ class Sandbox:
 
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str, gpus: int = 0,
-                  per_rank: Sequence | None = None, stores: int = 1) -> RankResults:
+                  per_rank: Sequence | None = None, stores: int = 1,
+                  store_host: str = "127.0.0.1") -> RankResults:
         """Run `probe(module, rank, world_size, port, *more_ports, *args)` in `world_size`
         fresh workers (each simulating `gpus` GPUs when not 0). With `per_rank`, rank r alone
         also gets `per_rank[r]` as its last argument, so no rank can know another's inputs.
 
         `port` (and the `stores - 1` more ports) is a rendezvous store hosted here, which
-        the ranks' `init_process_group` joins as clients (see rendezvous.py); what each store
-        saw comes back with the results (`RankResults.stores`)."""
+        the ranks' `init_process_group` joins as clients (see rendezvous.py), listening at
+        `store_host` only; what each store saw comes back with the results
+        (`RankResults.stores`)."""
         if self._import_hang is not None:  # each rank would import, and hang, again
             raise SandboxFailure(self._import_hang)
         what = f"{function} (scenario {probe}, {world_size} processes)"
@@ -826,7 +828,7 @@ class Sandbox:
         try:
             for rank in range(world_size):
                 processes.append(self._fork("once", output_dir / f"rank{rank}.log", gpus))
-            hosted = self._stores(stores)
+            hosted = self._stores(stores, store_host)
             ports = tuple(store.port for store in hosted)
             for rank, process in enumerate(processes):
                 own = () if per_rank is None else (per_rank[rank],)
@@ -853,13 +855,13 @@ class Sandbox:
             for store in hosted:
                 store.close()
 
-    def _stores(self, count: int) -> list[TrustedStore]:
+    def _stores(self, count: int, host: str) -> list[TrustedStore]:
         """`count` rendezvous stores the zygote's network namespace reaches; one that cannot
         start is the grader's failure (the ranks could not meet however right their code)."""
         hosted: list[TrustedStore] = []
         try:
             for _ in range(count):
-                hosted.append(TrustedStore(self.zygote().popen.pid))
+                hosted.append(TrustedStore(self.zygote().popen.pid, host))
         except StoreUnavailable as exc:
             for store in hosted:
                 store.close()

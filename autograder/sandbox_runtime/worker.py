@@ -103,6 +103,7 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
     # Bound before the student's module runs, so that rebinding `probes.x` or `codec.encode`
     # at import changes nothing here. Defence in depth only: the grade never depends on it,
     # since every result is checked against the reference on inputs drawn by the grader.
+    codec.bind_torch_classes()
     scenarios = _load_probes()
     module, import_error = _import_student(module_name)
     handle = functools.partial(_handle, scenarios=scenarios, encode=codec.encode,

@@ -6,13 +6,12 @@ per-rank value is drawn for this grading; expected values are computed here.
 """
 
 import copy
-import socket
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from autograder.testing import drawn
+from autograder.testing import assert_ranks_met, drawn
 
 import probes
 
@@ -33,12 +32,6 @@ def error_of(report: dict, what: str) -> None:
         raise AssertionError(f"{what} raised {error['type']}: {error['message'][:300]}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ----------------------------------------------------------------------------- init_from_env
 
 
@@ -49,6 +42,7 @@ def test_launch_two_nodes(student):
     view = student.simulated(2)
     values = values_for(4)
     reports = view.run_ranks(probes.launch_rank, 4, 2, None, per_rank=values)
+    assert_ranks_met(reports, 4, "init_from_env")
     for rank, report in enumerate(reports):
         local = rank % 2
         assert report["device"] == f"cuda:{local}", (
@@ -71,6 +65,7 @@ def test_launch_cpu(student):
     """init_from_env: without GPUs, gloo on the CPU from the environment's MASTER_ADDR/PORT"""
     values = values_for(2)
     reports = student.without_gpus().run_ranks(probes.launch_rank, 2, 2, None, per_rank=values)
+    assert_ranks_met(reports, 2, "init_from_env")
     for rank, report in enumerate(reports):
         assert report.get("rank") == rank, f"process {rank} must be rank {rank}: {report}"
         assert report["device"] == "cpu", f"without CUDA the device is the CPU, got {report}"
@@ -84,12 +79,11 @@ def test_launch_cpu(student):
 def test_launch_errors(student):
     """init_from_env: a missing or inconsistent variable is a ValueError naming it"""
     rng = drawn()
-    port = free_port()
     world = rng.randint(2, 8)
-    good = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0, "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port}
+    # MASTER_PORT becomes the grader's rendezvous store's port in the scenario.
+    good = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0, "MASTER_ADDR": "127.0.0.1"}
     base = {"RANK": world - 1, "WORLD_SIZE": world, "LOCAL_RANK": 0,
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": None}
     missing = rng.choice(probes.LAUNCH_VARIABLES)
     cases = [
         ({k: v for k, v in base.items() if k != missing}, missing, f"{missing} is not set"),
@@ -98,8 +92,11 @@ def test_launch_errors(student):
         ({**base, "RANK": world + rng.randint(0, 3)}, "RANK", "RANK >= WORLD_SIZE"),
         ({**base, "WORLD_SIZE": "two"}, "WORLD_SIZE", "WORLD_SIZE is not an integer"),
     ]
-    report = student.without_gpus().probe(probes.launch_errors, [c[0] for c in cases], good)
+    reports = student.without_gpus().run_ranks(probes.launch_errors, 1, [c[0] for c in cases],
+                                               good)
+    (report,) = reports
     error_of(report["good"], "init_from_env with a valid one-process environment")
+    assert_ranks_met(reports, 1, "init_from_env with a valid one-process environment")
     assert report["good"]["value"] == "cpu" and report.get("world_size") == 1, (
         f"a valid one-process environment must give a group of 1 and the CPU: {report['good']}")
     for (_, name, why), result in zip(cases, report["cases"], strict=True):
@@ -217,6 +214,7 @@ def test_accumulate_ddp(student):
     per_rank = [micro_batches(k, rng.randint(2, 4)) for _ in range(2)]
     state, losses = expected_accumulation(model, per_rank, lr)
     reports = student.run_ranks(probes.accumulate_ranks, 2, model, lr, per_rank=per_rank)
+    assert_ranks_met(reports, 2, "the grader's own process group")
     for rank, report in enumerate(reports):
         error_of(report, f"accumulate_step on rank {rank}")
         value = report["value"]

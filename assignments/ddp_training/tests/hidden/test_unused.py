@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from autograder.testing import drawn
+from autograder.testing import assert_ranks_met, drawn
 
 import probes
 
@@ -41,6 +41,7 @@ def test_unused_branch(student):
     want = expected_state(model, per_rank, pattern, lr)
     reports = student.run_ranks(probes.unused_ranks, world, model, lr, pattern,
                                 per_rank=per_rank)
+    assert_ranks_met(reports, world, "the grader's own process group")
     for rank, report in enumerate(reports):
         if "error" in report:
             error = report["error"]

@@ -5,12 +5,11 @@ single-process full-batch training computed here.
 """
 
 import copy
-import socket
 
 import pytest
 import torch
 
-from autograder.testing import drawn
+from autograder.testing import assert_ranks_met, drawn
 
 import probes
 
@@ -119,7 +118,10 @@ def flat(batches) -> list[int]:
 # ----------------------------------------------------------------------------- setup_ddp
 
 
-def assert_met(reports, values: list[float], what: str) -> None:
+def assert_met(reports, values: list[float], what: str, store: int = 0) -> None:
+    """Every rank made a real process group at the grader's store, and an all_reduce there
+    added up every rank's own value."""
+    assert_ranks_met(reports, len(values), what, store)
     for rank, report in enumerate(reports):
         assert report.get("all_reduce") == sum(values), (
             f"rank {rank}: an all_reduce over the {len(values)} ranks did not add up every "
@@ -136,7 +138,8 @@ def test_setup_two_ranks(student):
     for kwargs in ({"backend": "gloo"}, {"master_addr": other, "backend": "gloo"}, {}):
         values = values_for(2)
         view = student if kwargs else student.without_gpus()  # the CPU branch, on any grader
-        reports = view.run_ranks(probes.setup_ranks, 2, kwargs, per_rank=values)
+        reports = view.run_ranks(probes.setup_ranks, 2, kwargs, per_rank=values,
+                                 store_host=kwargs.get("master_addr", "127.0.0.1"))
         for rank, report in enumerate(reports):
             assert report["rank"] == rank and report["world_size"] == 2, (
                 f"process {rank} must be rank {rank} of a world of 2, got rank "
@@ -261,6 +264,7 @@ def ddp_case(world_size: int):
 
 
 def assert_averaged(reports, model, batches, what: str) -> None:
+    assert_ranks_met(reports, len(batches), f"the grader's own process group ({what})")
     expected = averaged_gradients(model, batches)
     for rank, report in enumerate(reports):
         for name, value in expected.items():
@@ -351,13 +355,24 @@ def test_wrap_ddp_cuda(student):
 # ----------------------------------------------------------------------------- loaders
 
 
+def loaders(student, *args) -> dict:
+    """probes.loader_report, every rank's loader checked to be backed by torch's own
+    DistributedSampler (a sampler that hands out the same indices is not the one asked for)."""
+    report = student.probe(probes.loader_report, *args)
+    for rank, row in enumerate(report["ranks"]):
+        assert any("DistributedSampler" in bases for bases in row["samplers"].values()), (
+            f"rank {rank}: the loader must be backed by torch's DistributedSampler (as its "
+            "sampler, or inside its batch sampler)")
+    return report
+
+
 def test_loader_batch_size(student):
     """make_distributed_loader: gives each rank global_batch_size // world_size samples"""
     rng = drawn()
     for world_size, global_batch in [(2, 8), (4, 8), (3, 3)]:
         n = global_batch * rng.randint(2, 5)
-        report = student.probe(probes.loader_report, probes.IndexData(n), global_batch,
-                               world_size, {"shuffle": False})
+        report = loaders(student, probes.IndexData(n), global_batch, world_size,
+                         {"shuffle": False})
         per_rank = global_batch // world_size
         for rank, row in enumerate(report["ranks"]):
             sizes = [len(b) for b in row["epochs"][0]]
@@ -391,8 +406,8 @@ def test_loader_indivisible(student):
             f"{error['type'] + ': ' + error['message'] if error else 'a loader'})")
     # Refusing is worth something only from a function that also builds loaders.
     world_size = drawn().randint(2, 4)
-    report = student.probe(probes.loader_report, probes.IndexData(4 * world_size),
-                           2 * world_size, world_size, {"shuffle": False})
+    report = loaders(student, probes.IndexData(4 * world_size), 2 * world_size, world_size,
+                     {"shuffle": False})
     assert [flat(row["epochs"][0]) for row in report["ranks"]] == [
         list(range(r, 4 * world_size, world_size)) for r in range(world_size)], (
         "a global batch that the ranks divide must give each rank its DistributedSampler share")
@@ -406,8 +421,7 @@ def test_loader_disjoint(student):
              (rng.randint(2, 8) * 8, 8, 2, {"shuffle": True, "seed": rng.randrange(1000)}),
              (rng.randint(2, 8) * 4 + 2, 4, 4, {"shuffle": True, "seed": rng.randrange(1000)})]
     for n, global_batch, world_size, kwargs in cases:
-        report = student.probe(probes.loader_report, probes.IndexData(n), global_batch,
-                               world_size, kwargs)
+        report = loaders(student, probes.IndexData(n), global_batch, world_size, kwargs)
         shares = [flat(row["epochs"][0]) for row in report["ranks"]]
         everything = [i for share in shares for i in share]
         assert set(everything) == set(range(n)), (
@@ -428,15 +442,10 @@ def test_loader_shuffle_seed(student):
     """make_distributed_loader: shuffles with the sampler, the given seed and set_epoch"""
     data = probes.IndexData(40)
     seed = drawn().randrange(1000)
-    first = student.probe(probes.loader_report, data, 4, 2, {"shuffle": True, "seed": seed}, 2)
-    again = student.probe(probes.loader_report, data, 4, 2, {"shuffle": True, "seed": seed}, 2)
-    other = student.probe(probes.loader_report, data, 4, 2,
-                          {"shuffle": True, "seed": seed + 1}, 2)
-    plain = student.probe(probes.loader_report, data, 4, 2, {"shuffle": False})
-    for row in first["ranks"]:
-        assert any("DistributedSampler" in bases for bases in row["samplers"].values()), (
-            "the loader must be backed by a DistributedSampler (as its sampler, or inside its "
-            "batch sampler)")
+    first = loaders(student, data, 4, 2, {"shuffle": True, "seed": seed}, 2)
+    again = loaders(student, data, 4, 2, {"shuffle": True, "seed": seed}, 2)
+    other = loaders(student, data, 4, 2, {"shuffle": True, "seed": seed + 1}, 2)
+    plain = loaders(student, data, 4, 2, {"shuffle": False})
     order = [flat(row["epochs"][0]) for row in first["ranks"]]
     assert order == [flat(row["epochs"][0]) for row in again["ranks"]], (
         "the same seed must give the same order")
@@ -465,7 +474,7 @@ def test_loader_drop_last(student):
     for drop_last, what in ((True, f"drop the last sample and give {n // 2} distinct samples"),
                             (False, f"pad to {n // 2 + 1} samples each")):
         kwargs = {"drop_last": drop_last, "shuffle": True, "seed": seed}
-        report = student.probe(probes.loader_report, data, 2, 2, kwargs)
+        report = loaders(student, data, 2, 2, kwargs)
         shares = [flat(row["epochs"][0]) for row in report["ranks"]]
         assert shares == [o[0] for o in sampler_orders(n, 2, **kwargs)], (
             f"with drop_last={drop_last}, {n} samples over 2 ranks must {what} each, as "
@@ -571,25 +580,12 @@ def test_train_step_real_gpu(student):
 # ----------------------------------------------------------------------------- cleanup
 
 
-def unused_port() -> int:
-    """A port for the second rendezvous, below Linux's ephemeral range (32768 and up), so no
-    connection of the first group can hold it, and free here (in `uid` isolation the ranks
-    share this machine's loopback)."""
-    rng = drawn()
-    while True:
-        port = rng.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-
-
 def cleanup_run(student, world_size: int) -> list[dict]:
     values = values_for(world_size)
-    second_port = unused_port()
-    reports = student.run_ranks(probes.cleanup_ranks, world_size, second_port, per_rank=values)
+    # Two stores: the grader's group meets at the first; after cleanup_ddp, a new one at the
+    # second (possible only once the first default group is gone).
+    reports = student.run_ranks(probes.cleanup_ranks, world_size, per_rank=values, stores=2)
+    assert_ranks_met(reports, world_size, "the grader's own group before cleanup_ddp")
     for rank, report in enumerate(reports):
         assert "error" not in report["cleanup"], (
             f"rank {rank}: cleanup_ddp raised {report['cleanup']['error']['type']}: "
@@ -600,7 +596,7 @@ def cleanup_run(student, world_size: int) -> list[dict]:
         assert reinit is None, (
             f"rank {rank}: after cleanup_ddp a new process group must be possible, but "
             f"making one raised {reinit and reinit['type']}: {reinit and reinit['message']}")
-    assert_met(reports, values, "a new group made after cleanup_ddp")
+    assert_met(reports, values, "a new group made after cleanup_ddp", store=1)
     return reports
 
 
