@@ -24,6 +24,8 @@ class Job:
     # here, so the schema stays their one source.
     test_timeout: float
     rank_retries: int
+    crash_limit: int
+    import_timeout: float  # timeouts.imports: every import of the student's module, in all
     visibility: str
     budget_factor: float
     budget_floor: float
@@ -34,6 +36,11 @@ class Job:
     skip: list[str] = field(default_factory=list)
     # Functions that hung in an earlier runner of this grading: {function: first hang}.
     hung: dict[str, dict] = field(default_factory=dict)
+    # Functions whose calls crashed in earlier runners: {function: {"crashes": n, and the
+    # first crash's "test", "nodeid" and "message"}}; and the seconds that imports of the
+    # student's module have taken so far (against import_timeout).
+    crashed: dict[str, dict] = field(default_factory=dict)
+    imports_spent: float = 0.0
     # Calibrated budgets (see autograder.project.budgets): the reference's seconds per test nodeid,
     # the calibration workload's seconds when they were recorded, k and the floor (k 0: flat).
     timings: dict[str, float] = field(default_factory=dict)

@@ -109,6 +109,29 @@ class Hung(Event):
 
 
 @dataclass
+class Crashed(Event):
+    """A call or scenario of `function` crashed (its process ended), the `crashes`-th time in
+    this grading; `test`, `nodeid` and `message` are those of its first crash. At the
+    assignment's crash_limit, later tests that need it are not run."""
+
+    kind: ClassVar[RunnerEvent] = "crashed"
+    function: str
+    crashes: int
+    test: str
+    nodeid: str
+    message: str
+
+
+@dataclass
+class Imports(Event):
+    """Imports of the student's module (and failed multi-process attempts) have taken
+    `seconds` in all so far in this grading, against timeouts.imports."""
+
+    kind: ClassVar[RunnerEvent] = "imports"
+    seconds: float
+
+
+@dataclass
 class Error(Event):
     """Grading cannot go on, through no fault of the student: the hidden tests are broken (not
     collected, or invalid), or the sandbox cannot be isolated or started. The instructor's."""
@@ -126,7 +149,8 @@ class Done(Event):
 
 
 EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (
-    Environment, Calibration, Collected, Start, SandboxStarted, Result, Hung, Error, Done)}
+    Environment, Calibration, Collected, Start, SandboxStarted, Result, Hung, Crashed, Imports,
+    Error, Done)}
 if tuple(EVENTS) != RUNNER_EVENTS:  # one record per kind of the vocabulary, in its order
     raise ImportError(f"runner events {tuple(EVENTS)} differ from statuses' {RUNNER_EVENTS}")
 

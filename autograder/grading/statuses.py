@@ -20,7 +20,7 @@ ReportStatus = Literal["passed", "failed", "pending", "excluded"]
 SubmissionState = Literal["flagged", "grader_error", "no_module", "not_importable", "timed_out",
                           "crashed", "blank", "ok"]
 RunnerEvent = Literal["environment", "calibration", "collected", "start", "sandbox", "result",
-                      "hung", "error", "done"]
+                      "hung", "crashed", "imports", "error", "done"]
 
 TEST_OUTCOMES: tuple[str, ...] = get_args(TestOutcome)
 REPORT_STATUSES: tuple[str, ...] = get_args(ReportStatus)

@@ -25,10 +25,12 @@ from autograder.grading.results import CodingOutcome
 from autograder.grading.runner_events import (
     Calibration,
     Collected,
+    Crashed,
     Done,
     Environment,
     Error,
     Hung,
+    Imports,
     MalformedEvent,
     Result,
     SandboxStarted,
@@ -82,6 +84,7 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Pa
         sandbox_dir=str(sandbox_dir) if sandbox_dir else None,
         missing_reason=files.module_problem, limits=asdict(config.limits),
         test_timeout=config.test_timeout, rank_retries=config.rank_retries,
+        crash_limit=config.crash_limit, import_timeout=config.import_timeout,
         visibility=config.coding.visibility,
         timings=timings.tests if timings else {},
         timings_calibration=timings.calibration if timings else None,
@@ -116,6 +119,7 @@ def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
               module_name=config.module, functions=config.functions, output_dir=str(workdir),
               missing_reason="collection only", visibility=config.coding.visibility,
               test_timeout=config.test_timeout, rank_retries=config.rank_retries,
+              crash_limit=config.crash_limit, import_timeout=config.import_timeout,
               budget_factor=config.budget_factor, budget_floor=config.budget_floor,
               limits=asdict(config.limits), collect_only=True)
     supervisor = _Supervisor(job, time.monotonic() + 300)
@@ -149,18 +153,33 @@ class _Supervisor:
         # how this grading's test budgets were set (see autograder.project.budgets)
         if self.budgets:
             self.environment["time_budgets"] = self.budgets
+        if self.job.sandbox_dir is not None:  # what starting the student's code took, in all
+            self.environment["imports"] = {"seconds": round(self.job.imports_spent, 2),
+                                           "limit_seconds": self.job.import_timeout}
         return outcomes, self.warnings, self.environment
 
     def _hang_warnings(self, outcomes: list[CodingOutcome]) -> list[str]:
-        """One line per function that hung: where it hung first, how many tests were not run."""
+        """One line per function that hung or crashed crash_limit times: where it did first,
+        how many tests were not run; and one if imports used up their allowance."""
         lines = []
         for function, first in self.job.hung.items():
-            skipped = sum(1 for o in outcomes if o.message.startswith(
-                f"not run: {function} did not finish"))
+            skipped = _not_run(outcomes, f"not run: {function} did not finish")
             lines.append(f"{function} did not finish within {seconds_text(first['seconds'])} s "
                          f"in the test '{first['test']}' (the first to hang); "
-                         + (f"{skipped} later test{'s' if skipped != 1 else ''} that need it "
-                            f"were not run" if skipped else "no later test needed it"))
+                         + _skipped_text(skipped))
+        for function, record in self.job.crashed.items():
+            if function in self.job.hung or record["crashes"] < self.job.crash_limit:
+                continue
+            skipped = _not_run(outcomes, f"not run: {function} crashed")
+            lines.append(f"{function} crashed {record['crashes']} times, first in the test "
+                         f"'{record['test']}' ({record['message']}); "
+                         + _skipped_text(skipped))
+        if self.job.imports_spent >= self.job.import_timeout:
+            skipped = _not_run(outcomes, "not run: importing your module has used up")
+            lines.append(f"importing your module used up this submission's "
+                         f"{seconds_text(self.job.import_timeout)} s for imports "
+                         f"({seconds_text(self.job.imports_spent)} s in all); "
+                         + _skipped_text(skipped, need=False))
         return lines
 
     def _kill_sandboxes(self) -> None:
@@ -253,6 +272,12 @@ class _Supervisor:
                             self.job.hung.setdefault(function, {
                                 "seconds": event.seconds, "test": event.test,
                                 "nodeid": event.nodeid})
+                        case Crashed(function=function):  # so do they its crashes
+                            self.job.crashed[function] = {
+                                "crashes": event.crashes, "test": event.test,
+                                "nodeid": event.nodeid, "message": event.message}
+                        case Imports(seconds=seconds):  # and what its imports have taken
+                            self.job.imports_spent = seconds
                         case Calibration(seconds=seconds, factor=factor):
                             self.job.machine_calibration = seconds
                             self.budgets = {
@@ -273,6 +298,19 @@ class _Supervisor:
                 f"the grading process was killed during this test "
                 f"({ended_text(runner.returncode)}); did your code kill its parent process?")
         return finished
+
+
+def _not_run(outcomes: list[CodingOutcome], prefix: str) -> int:
+    return sum(1 for o in outcomes if o.message.startswith(prefix))
+
+
+def _skipped_text(skipped: int, need: bool = True) -> str:
+    """How many later tests were not run (that need the function, when `need`)."""
+    if not skipped:
+        return "no later test needed it" if need else "no later test was left out"
+    if skipped == 1:
+        return f"1 later test {'that needs it ' if need else ''}was not run"
+    return f"{skipped} later tests {'that need it ' if need else ''}were not run"
 
 
 def _start_runner(job: Job, write_fd: int, log,

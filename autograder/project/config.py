@@ -73,9 +73,11 @@ class AssignmentConfig:
     call_timeout: float
     test_timeout: float
     submission_timeout: float
+    import_timeout: float  # timeouts.imports: all imports of the student's module, in seconds
     limits: SandboxLimits
     gpu_policy: str
     rank_retries: int
+    crash_limit: int  # crashes after which a function is not run again
     budget_factor: float  # k of a test's calibrated budget (0: flat `test_timeout`)
     budget_floor: float  # the least a calibrated budget may be, in seconds
     late: LatePolicy  # grading.yml's `late` (batch grading)
@@ -134,9 +136,10 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         coding=PartConfig(coding["points"], coding["visibility"]),
         functions=dict(coding["functions"]), show_student_output=coding["show_student_output"],
         call_timeout=timeouts["call"], test_timeout=timeouts["test"],
-        submission_timeout=timeouts["submission"],
+        submission_timeout=timeouts["submission"], import_timeout=float(timeouts["imports"]),
         limits=sandbox_limits(limits, timeouts),
         gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
+        crash_limit=a["crash_limit"],
         budget_factor=float(timeouts["budget_factor"]),
         budget_floor=float(timeouts["budget_floor"]),
         answer_problems_visibility=mc["problems_visibility"],

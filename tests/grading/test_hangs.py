@@ -1,4 +1,5 @@
-"""A function that hung does not get to hang again; budgets calibrated from the reference.
+"""A function that hung, or kept crashing, does not get to do it again; imports of the student's
+module have one allowance per submission; budgets calibrated from the reference.
 
 A small assignment of its own (written here, from the toy's question bank): its hidden tests
 declare what they use (`uses`, `tolerant`), and submissions hang on purpose. Outcomes are checked
@@ -8,6 +9,7 @@ through their messages, never through wall times.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -34,8 +36,10 @@ assignments:
         points: 11
         functions: {add: 4, divide: 3, scale: 4}
         show_student_output: true
-    timeouts: {call: 2, test: 8, submission: 300, budget_factor: 10, budget_floor: 1.5}
+    timeouts: {call: 2, test: 8, submission: 300, budget_factor: 10, budget_floor: 1.5,
+               imports: IMPORTS}
     rank_retries: RETRIES
+    crash_limit: CRASHES
 """
 
 HIDDEN = '''
@@ -155,14 +159,16 @@ def add(a, b):
 """
 
 
-def course(tmp_path: Path, retries: int = 2, timings: dict | None = None) -> Path:
+def course(tmp_path: Path, retries: int = 2, timings: dict | None = None, crashes: int = 3,
+           imports: float = 60) -> Path:
     root = tmp_path / "course"
     folder = root / "assignments" / "toy"
     (folder / "tests" / "hidden").mkdir(parents=True)
     shutil.copy(TOY / "assignments" / "toy" / "questions.yml", folder / "questions.yml")
     (folder / "tests" / "hidden" / "test_hangs.py").write_text(HIDDEN)
     (folder / "probes.py").write_text(PROBES)
-    (root / "grading.yml").write_text(CONFIG.replace("RETRIES", str(retries)))
+    (root / "grading.yml").write_text(CONFIG.replace("RETRIES", str(retries)).replace(
+        "CRASHES", str(crashes)).replace("IMPORTS", str(imports)))
     if timings is not None:
         (folder / budgets.TIMINGS_NAME).write_text(json.dumps(timings))
     return root / "grading.yml"
@@ -225,20 +231,100 @@ def add(a, b):
     assert "(add: in two processes)" in tests["add: in a scenario"].message
 
 
-def test_a_crashing_rank_scenario_is_retried_up_to_rank_retries(tmp_path):
-    ranks_crash = GOOD + """
+RANKS_CRASH = GOOD + """
 import os, sys
 
 def add(a, b):
     if "rank_add" in repr(sys._getframe(1).f_code):
+        print("rank crashes", flush=True)
         os._exit(3)
     return a + b
 """
-    report, tests = graded(tmp_path, ranks_crash, course(tmp_path, retries=2))
+
+
+def test_a_crashing_rank_scenario_is_retried_up_to_rank_retries(tmp_path):
+    report, tests = graded(tmp_path, RANKS_CRASH, course(tmp_path, retries=2, crashes=5))
     ranks = tests["add: in two processes"]
     assert "exited with status 3" in ranks.message
     assert ranks.output.count("[rank0]") == 3, ranks.output  # 1 + rank_retries
-    assert tests["add: in a scenario"].status == "passed"  # a crash is not a hang
+    # A crash is not a hang, and 3 crashes are under this crash_limit: add still runs.
+    assert tests["add: in a scenario"].status == "passed"
+    assert not [w for w in report.warnings if "crashed" in w]
+
+
+def test_rank_retries_count_toward_the_crash_limit(tmp_path):
+    # crash_limit 2: the retry after the first crash is the last attempt (rank_retries 2 would
+    # allow two), and add is not run again.
+    report, tests = graded(tmp_path, RANKS_CRASH, course(tmp_path, retries=2, crashes=2))
+    ranks = tests["add: in two processes"]
+    assert "exited with status 3 in rank" in ranks.message
+    assert ranks.output.count("[rank0]") == 2, ranks.output
+    not_run = "not run: add crashed 2 times already (first in add: in two processes)"
+    assert tests["add: in a scenario"].message == not_run
+    assert tests["divide: after an addition"].message == not_run
+    assert tests["add: first"].status == "passed"  # before the crashes
+    assert tests["scale: doubles"].status == "passed"
+
+
+ADD_CRASHES = GOOD + """
+import os
+
+def add(a, b):
+    print("add runs", flush=True)
+    os._exit(3)
+"""
+
+
+def test_a_function_that_keeps_crashing_is_not_run_again(tmp_path):
+    report, tests = graded(tmp_path, ADD_CRASHES, course(tmp_path, crashes=2))
+    for name in ("add: first", "add: again"):  # two crashes: the limit
+        assert tests[name].status == "failed"
+        assert tests[name].message == "your code exited with status 3 during add", name
+    not_run = "not run: add crashed 2 times already (first in add: first)"
+    # Later tests of add, one that declares it uses add, one that calls it undeclared: all
+    # fail at once, rank scenarios and scenarios included (no rank was started).
+    for name in ("add: in two processes", "add: in a scenario", "divide: after an addition",
+                 "scale: undeclared use of add"):
+        assert tests[name].status == "failed", name
+        assert tests[name].message == not_run, name
+        assert "add runs" not in tests[name].output, name
+    assert "rank" not in tests["add: in two processes"].output
+    # A tolerant test runs anyway; tests of other functions run as usual.
+    for name in ("divide: even when add hangs", "divide: raises for zero", "scale: doubles",
+                 "scale: with simulated GPUs"):
+        assert tests[name].status == "passed", name
+    notes = [w for w in report.warnings if "crashed" in w]
+    assert notes == ["add crashed 2 times, first in the test 'add: first' (your code exited "
+                     "with status 3 during add); 4 later tests that need it were not run"]
+
+
+def test_imports_have_one_allowance_per_submission(tmp_path):
+    # Every import takes 0.6 s and every call of add crashes, so each test of add imports the
+    # module again: once 1.5 s of imports are spent, no test imports it again (a call, a
+    # scenario, a rank scenario, another function's call all need a new worker here).
+    slow_import = ADD_CRASHES + """
+import time
+time.sleep(0.6)
+"""
+    report, tests = graded(tmp_path, slow_import, course(tmp_path, crashes=10, imports=1.5))
+    messages = [tests[name].message for name in (
+        "add: first", "add: again", "add: in two processes", "add: in a scenario",
+        "divide: after an addition", "divide: even when add hangs",
+        "scale: undeclared use of add", "scale: doubles", "scale: with simulated GPUs")]
+    assert messages[0] == "your code exited with status 3 during add"
+    spent = [i for i, m in enumerate(messages) if "for imports" in m]
+    assert spent and 1 <= spent[0] <= 3, messages  # after two or three imports
+    for message in messages[spent[0]:]:
+        assert "importing your module has used up this submission's 1.5 s for imports (" in \
+            message, message
+        assert re.search(r"your module is imported again after each crash and in each process "
+                         r"of a multi-process test; one import took [\d.]+ s\)$", message), message
+    not_run = [m for m in messages if m.startswith("not run: importing your module has used")]
+    assert len(not_run) >= len(messages) - spent[0] - 1 >= 5, messages
+    notes = [w for w in report.warnings if "for imports" in w]
+    assert len(notes) == 1 and notes[0].startswith(
+        "importing your module used up this submission's 1.5 s for imports ("), notes
+    assert notes[0].endswith(f" s in all); {len(not_run)} later tests were not run"), notes
 
 
 def test_budgets_come_from_the_reference_times(tmp_path):

@@ -50,6 +50,7 @@ def collect_job(workdir: Path, assignment=None) -> str:
         module_name=config.module, functions=config.functions, output_dir=str(workdir),
         limits=asdict(config.limits), test_timeout=config.test_timeout,
         rank_retries=config.rank_retries, visibility=config.coding.visibility,
+        crash_limit=config.crash_limit, import_timeout=config.import_timeout,
         budget_factor=config.budget_factor, budget_floor=config.budget_floor,
         missing_reason="collection only", collect_only=True)))
 

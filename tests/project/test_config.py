@@ -49,8 +49,8 @@ def test_defaults_come_from_the_schema(tmp_path):
 
 
 # Job fields that the supervisor copies from grading.yml (the rest are the runner's own state).
-JOB_FROM_CONFIG = {"test_timeout", "rank_retries", "visibility", "budget_factor", "budget_floor",
-                   "limits"}
+JOB_FROM_CONFIG = {"test_timeout", "rank_retries", "crash_limit", "import_timeout", "visibility",
+                   "budget_factor", "budget_floor", "limits"}
 
 
 @pytest.mark.parametrize("record", [SandboxLimits, AssignmentConfig, PartConfig, LatePolicy, Job])
