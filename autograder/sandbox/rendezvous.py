@@ -6,9 +6,10 @@ What proves that a real process group was made is the store the group met at. He
 runner hosts it, as torchrun's agent does: a `torch.distributed.TCPStore` server on a listening
 socket made inside the sandbox's network namespace (the only one its ranks can reach), and the
 ranks are told to be its clients (`TORCHELASTIC_USE_AGENT_STORE`, which `init_process_group`
-honours for `tcp://` and `env://` alike). Afterwards the test reads which ranks registered in
-it for a default group (`StoreView.ranks_met`): ranks that never called the real
-`init_process_group` at the port they were given are not there.
+honours for `tcp://` and `env://` alike; a `TCPStore` that student code asks to serve at that
+port becomes its client too: sandbox_runtime/agent_store.py). Afterwards the test reads which
+ranks registered in it for a process group (`StoreView.ranks_met`): ranks that never called the
+real `init_process_group` at the port they were given are not there.
 
 The server runs in a child of the runner; what is read back is capped (`MAX_KEYS`, key
 length).
@@ -33,8 +34,9 @@ MAX_KEY_CHARS = 300
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _PR_SET_PDEATHSIG = 1
 # A gloo group's rendezvous: each rank writes its address under
-# `<group>/<generation>//<device>//<pair index>/<rank>` (torch 2.13: "default_pg/0//cpu//0/1").
-_GLOO_RANK_KEY = re.compile(r"^(?P<group>(?:.*/)?default_pg/\d+)//[a-z]+//\d+/(?P<rank>\d+)$")
+# `<group prefix><generation>//<device>//<pair index>/<rank>` (torch 2.13: "default_pg/0//cpu//0/1"
+# for a group made from an init_method, "0//cpu//0/1" for one given a store of its own).
+_GLOO_RANK_KEY = re.compile(r"^(?P<group>(?:[^/]+/)*\d+)//[a-z]+//\d+/(?P<rank>\d+)$")
 
 
 class StoreUnavailable(Exception):
@@ -128,6 +130,9 @@ _MAX_VIEW_BYTES = MAX_KEYS * (MAX_KEY_CHARS + 8) + 1000
 def _serve(channel: socket.socket, netns_pid: int | None, host: str) -> None:
     """The store's process: join the sandbox's network namespace, serve, answer one view."""
     try:
+        # None of the runner's descriptors (sandbox channels, pipes) stays open in here.
+        os.closerange(3, channel.fileno())
+        os.closerange(channel.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner
         if netns_pid is not None and not _same_netns(netns_pid):

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import codec, fork_server, wire
+from . import agent_store, codec, fork_server, wire
 
 # One message per event the hook notes, on the worker's event channel (see _refuse_network and
 # autograder.sandbox.events, the trusted side that reads it).
@@ -104,6 +104,7 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
     # at import changes nothing here. Defence in depth only: the grade never depends on it,
     # since every result is checked against the reference on inputs drawn by the grader.
     codec.bind_torch_classes()
+    agent_store.install()
     scenarios = _load_probes()
     module, import_error = _import_student(module_name)
     handle = functools.partial(_handle, scenarios=scenarios, encode=codec.encode,

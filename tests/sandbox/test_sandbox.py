@@ -202,6 +202,15 @@ def rank_group(mod, rank, world_size, port, second_port):
     dist.all_reduce(value)
     return {"sum": value.item(), "second_port": second_port}
 
+def rank_own_store(mod, rank, world_size, port):
+    # A right way the grader's store must not break: rank 0 "serves" a store of its own.
+    import torch, torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    return {"sum": value.item()}
+
 def rank_forged_group(mod, rank, world_size, port):
     # What a forger does: the ranks "meet" through a file every rank can see.
     import os, time
@@ -235,12 +244,16 @@ def test_ranks_run_in_separate_processes(make_sandbox, tmp_path):
 
 def test_the_graders_store_sees_only_a_real_process_group(make_sandbox, tmp_path):
     """Ranks meet at rendezvous stores the grader hosts: a real gloo group registers every
-    rank there; ranks that only pretend to have met (through a shared file) leave nothing."""
+    rank there, also when rank 0 asks for a store of its own at that port (it becomes the
+    grader's store's client, as under torchrun's agent); ranks that only pretend to have met
+    (through a shared file) leave nothing."""
     sandbox = make_sandbox(STUDENT, PROBES)
     results = sandbox.run_ranks("rank_group", 3, (), 60, tmp_path, "add", stores=2)
     assert [r["sum"] for r in results] == [6.0, 6.0, 6.0]
     assert [store.ranks_met() for store in results.stores] == [[0, 1, 2], []]
     assert results[0]["second_port"] == results.stores[1].port != results.stores[0].port
+    own = sandbox.run_ranks("rank_own_store", 2, (), 60, tmp_path, "add")
+    assert [r["sum"] for r in own] == [3.0, 3.0] and own.stores[0].ranks_met() == [0, 1]
     forged = sandbox.run_ranks("rank_forged_group", 2, (), 60, tmp_path, "add")
     assert [r["sum"] for r in forged] == [3.0, 3.0]  # the reports alone would pass
     assert forged.stores[0].ranks_met() == []
