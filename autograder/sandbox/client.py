@@ -859,9 +859,13 @@ class Sandbox:
         """`count` rendezvous stores the zygote's network namespace reaches; one that cannot
         start is the grader's failure (the ranks could not meet however right their code)."""
         hosted: list[TrustedStore] = []
+        # Only namespaces give a sandbox a network of its own; in `uid` mode (a container, where
+        # /proc/<pid>/ns of another uid's process is not even readable without CAP_SYS_PTRACE)
+        # the ranks share this one.
+        netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
         try:
             for _ in range(count):
-                hosted.append(TrustedStore(self.zygote().popen.pid, host))
+                hosted.append(TrustedStore(netns, host))
         except StoreUnavailable as exc:
             for store in hosted:
                 store.close()
