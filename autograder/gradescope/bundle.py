@@ -34,6 +34,12 @@ from autograder.grading.submission import upload_path
 GRADESCOPE_ROOT_ENV = "AUTOGRADER_GRADESCOPE_ROOT"  # tests only: a stand-in for /autograder
 PYTHON_ENV = "AUTOGRADER_PYTHON"  # tests only: the Python to run instead of the bundle's venv
 TIMEOUT_ENV = "AUTOGRADER_GRADE_TIMEOUT"
+# What `autograder grade` may take beyond timeouts.submission (start-up, multiple choice,
+# reports; Ray's batches allow the same): with a submission limit of 300 s, 7 minutes in all,
+# inside Gradescope's default autograder timeout of 10 minutes (tests/gradescope checks each
+# assignment's).
+GRADING_MARGIN_S = 120.0
+GRADESCOPE_DEFAULT_TIMEOUT_S = 600.0
 VENV = "/opt/autograder-venv"  # outside /autograder/source: see setup_script
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Parts of an assignment folder the grader never reads: the reference solution stays home.
@@ -239,7 +245,7 @@ def _grade_timeout(assignment: str) -> float:
     try:
         from autograder.project.config import assignment_config
 
-        return assignment_config(assignment).submission_timeout + 300
+        return assignment_config(assignment).submission_timeout + GRADING_MARGIN_S
     except Exception:  # a broken config is reported by `autograder grade` itself
         return 1800.0
 

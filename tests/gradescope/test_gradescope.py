@@ -21,8 +21,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.gradescope.bundle import build_bundle, bundle_path, fallback_results
+from autograder.gradescope.bundle import (
+    GRADESCOPE_DEFAULT_TIMEOUT_S,
+    GRADING_MARGIN_S,
+    _grade_timeout,
+    build_bundle,
+    bundle_path,
+    fallback_results,
+)
 from autograder.project.assignment import load_assignment
+from autograder.project.config import load_config
 from autograder.project.markers import reference, strip_solutions
 from autograder.project.paths import GRADING_CONFIG
 from autograder.project.schemas import validate
@@ -33,6 +41,16 @@ ASSIGNMENT = load_assignment("dp_basics")
 SOURCE = ASSIGNMENT.solution.read_text()
 KEY = yaml.safe_dump(key_answers(ASSIGNMENT.bank))
 TORCH = Project().torch_requirement()
+
+
+@pytest.mark.parametrize("name", sorted(load_config(GRADING_CONFIG)))
+def test_grading_fits_gradescopes_default_timeout_with_margin(name):
+    # Gradescope stops run_autograder at its autograder timeout (10 minutes unless the course
+    # sets more): the grade command's own limit must end first, with a minute to spare, so
+    # that results.json (the report, or the fallback) is always written.
+    timeout = _grade_timeout(name)
+    assert timeout == load_config(GRADING_CONFIG)[name].submission_timeout + GRADING_MARGIN_S
+    assert timeout <= GRADESCOPE_DEFAULT_TIMEOUT_S - 60, f"{name}: {timeout:g} s"
 
 
 @pytest.fixture(scope="module")
