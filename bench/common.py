@@ -14,15 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def reference_submission(folder: Path) -> Path:
+def reference_submission(folder: Path, name: str = "dp_basics") -> Path:
     """The reference solution (markers removed) with the full key, as a submission folder."""
     sys.path.insert(0, str(ROOT))
     from autograder.project.assignment import load_assignment
     from autograder.project.markers import reference
 
-    assignment = load_assignment("dp_basics")
+    assignment = load_assignment(name)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "dp_basics.py").write_text(reference(assignment.solution.read_text()))
+    (folder / f"{assignment.config.module}.py").write_text(
+        reference(assignment.solution.read_text()))
     key = {q.id: (list(q.answer) if q.multiple else q.answer[0])
            for q in assignment.bank.questions}
     (folder / "answers.yml").write_text(yaml.safe_dump(key))
