@@ -69,6 +69,8 @@ EVENT_REASONS = {
     "flood": "flooded its sandbox's event channel",
     "malformed": "sent what is not an event on its sandbox's event channel",
     "closed": "closed its sandbox's event channel while its code still ran",
+    # observed by the sandbox client after a worker ended (autograder.sandbox.client)
+    "left_running": "left processes running after its code's test ended (they were stopped)",
 }
 
 # Trusted messages (written by the grader's runner and sandbox client, never by the sandbox).

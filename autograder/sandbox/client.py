@@ -55,8 +55,10 @@ from autograder.sandbox.processes import (
     kill_uid,
     namespace_pid,
     process_start_time,
+    process_table,
     sandbox_memory_bytes,
     seconds_text,
+    strays,
 )
 from autograder.sandbox.rendezvous import (
     AGENT_STORE_ENV,
@@ -431,14 +433,15 @@ class Zygote:
 
     def _host_pid(self, reported: int) -> int | None:
         """The host pid of the zygote's child that the zygote calls `reported`."""
-        zygote = self._zygote_pid()
+        zygote = self.host_pid()
         for child in children_of(zygote):
             if namespace_pid(child) == reported:
                 self._ns_pids[child] = reported
                 return child
         return None
 
-    def _zygote_pid(self) -> int:
+    def host_pid(self) -> int:
+        """The zygote's pid out here (-1 before it is known)."""
         # Behind the isolation launcher, the zygote is the launcher's only child.
         if self.behind_launcher:
             if self._pid1 is not None:
@@ -794,6 +797,37 @@ class Sandbox:
         if self._process is not None:
             self._process.kill()
             self._process = None
+            self._stop_strays()
+
+    # Rounds of looking for strays once workers ended: a stray that forks between a look and
+    # its kill leaves a child, found by the next round (the uid's process limit bounds them).
+    STRAY_ROUNDS = 3
+
+    def _stop_strays(self) -> None:
+        """Kill what student code left running once the workers that started it ended (a
+        detached process, a new session: what killing a worker's group misses), keeping the
+        zygote and the serving worker; recorded for staff. Without it, each rank's import
+        could leave one more behind for the rest of the grading (a detached copy of a worker,
+        torch imported, costs tens of MB as its pages are written: the 768 MB of a Gradescope
+        container ran out). In `none` mode orphans leave the zygote's tree: not found."""
+        zygote = self._zygote
+        if zygote is None or not zygote.alive:
+            return  # (a new zygote clears what its predecessor left: see zygote())
+        if zygote.host_pid() < 0:
+            return
+        keep = {self._process.pid} if self._process is not None else set()
+        uid = self.ids[0] if self.isolation.drop_uid else None
+        stopped = 0
+        for _ in range(self.STRAY_ROUNDS):
+            found = strays(process_table(), zygote.host_pid(), keep, uid)
+            for pid, started in found.items():
+                kill_if_same(pid, started)
+            stopped += len(found)
+            if not found:
+                break
+        if stopped:
+            self.events.record("left_running", f"{stopped} process(es) left running after "
+                                               "their workers ended were stopped")
 
     def close(self) -> None:
         """Kill every process of this sandbox, the zygote included; then read out what their
@@ -854,6 +888,8 @@ class Sandbox:
                 process.kill()
             for store in hosted:
                 store.close()
+            if processes:
+                self._stop_strays()
 
     def _stores(self, count: int, host: str) -> list[TrustedStore]:
         """`count` rendezvous stores the zygote's network namespace reaches; one that cannot

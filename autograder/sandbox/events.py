@@ -45,14 +45,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.sandbox.processes import process_start_time
+from autograder.sandbox.processes import PF_EXITING, process_start_time
 
 EVENT_MARK = b"autograder-sandbox-event "  # sandbox_runtime.worker.EVENT_MARK
 EVENTS_SUFFIX = "-events.jsonl"  # the records file: `<sandbox output stem>-events.jsonl`
 # What the hook sends (`kind`); any other kind is kept as "unexpected", with the kind said.
 SANDBOX_KINDS = ("network", "write", "read", "signal")
 # What this side observes about a channel itself.
-TRUSTED_KINDS = ("flood", "malformed", "closed")
+TRUSTED_KINDS = ("flood", "malformed", "closed", "left_running")
 MAX_PER_KIND = 5  # events kept per kind (and per recorder)
 MAX_DETAIL = 300
 MAX_MESSAGE = 4096  # one event: the hook's are under 2 KiB
@@ -61,7 +61,6 @@ MAX_MESSAGES = 200
 MAX_BYTES = 256 << 10
 # How long an ending channel waits to learn its worker's pid (the spawn that made it ends first).
 PID_WAIT_SECONDS = 10.0
-_PF_EXITING = 0x4  # task flag (/proc/PID/stat field 9): do_exit has begun
 
 
 class EventRecorder:
@@ -216,7 +215,7 @@ def _task_running(pid: int, task: str) -> bool:
         state, flags = fields[0], int(fields[6])
     except (OSError, ValueError, IndexError):
         return False
-    return state not in ("Z", "X", "x") and not flags & _PF_EXITING
+    return state not in ("Z", "X", "x") and not flags & PF_EXITING
 
 
 def _parse(raw: bytes) -> tuple[str, str] | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -125,6 +127,72 @@ def kill_if_same(pid: int, started: str | None) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+@dataclass(frozen=True)
+class ProcessEntry:
+    """One process as /proc shows it, for telling a sandbox's strays from what it runs."""
+
+    ppid: int
+    uid: int  # real uid
+    started: str  # clock ticks since boot (see process_start_time)
+    dying: bool  # a zombie, exiting, or with SIGKILL pending: already on its way out
+
+
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+PF_EXITING = 0x4  # task flag (/proc/PID/stat field 9): do_exit has begun
+
+
+def process_table() -> dict[int, ProcessEntry]:
+    """Every process this one can read in /proc (those that end meanwhile are left out)."""
+    table: dict[int, ProcessEntry] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            status = Path(entry.path, "status").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        lines = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        try:
+            pending = int(lines["SigPnd"], 16) | int(lines["ShdPnd"], 16)
+            table[int(entry.name)] = ProcessEntry(
+                ppid=int(fields[1]), uid=int(lines["Uid"].split()[0]), started=fields[19],
+                dying=fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
+                or bool(pending & _SIGKILL_BIT))
+        except (KeyError, IndexError, ValueError):
+            continue
+    return table
+
+
+def strays(table: dict[int, ProcessEntry], zygote: int, keep: Collection[int],
+           uid: int | None) -> dict[int, str]:
+    """The processes of a sandbox that nothing of it still runs: its members (the zygote's
+    descendants and, with `uid`, every process of that uid) that are neither the zygote, nor
+    one of its ancestors (the isolation launcher), nor `keep` (live workers) or a descendant
+    of one. What a worker started and left behind when it ended (a double fork, a new
+    session) is one: in a PID namespace it was reparented to the zygote, in `uid` mode to
+    whatever reaps the container's orphans. Returns pid -> start time (to kill by)."""
+    def ancestors(pid: int) -> list[int]:
+        chain, seen = [], set()
+        while pid in table and pid not in seen:
+            seen.add(pid)
+            chain.append(pid)
+            pid = table[pid].ppid
+        return chain
+
+    above_zygote = set(ancestors(zygote))
+    found: dict[int, str] = {}
+    for pid, entry in table.items():
+        if entry.dying or pid in above_zygote:
+            continue
+        chain = ancestors(pid)
+        member = zygote in chain or (uid is not None and entry.uid == uid)
+        if member and not any(p in keep for p in chain):
+            found[pid] = entry.started
+    return found
 
 
 def kill_group(pid: int) -> None:

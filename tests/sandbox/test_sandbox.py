@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -126,6 +127,13 @@ def running(marker: str) -> bool:
     return False
 
 
+def within(seconds: float, condition: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
 def test_children_of_the_student_die_with_the_sandbox(make_sandbox):
     sandbox = make_sandbox(STUDENT)
     marker = f"{time.time() % 1000:.6f}"
@@ -139,6 +147,24 @@ def test_children_of_the_student_die_with_the_sandbox(make_sandbox):
     while running(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(marker), "a process started by student code outlived its sandbox"
+
+
+@pytest.mark.skipif(detect().mode == "none", reason="without isolation orphans leave the sandbox")
+def test_what_a_worker_left_running_is_stopped_when_the_worker_ends(make_sandbox):
+    """A child in a session of its own outlives its worker's process group; once the worker is
+    gone (a restart), the sandbox stops it, keeps its zygote, and records it for staff."""
+    sandbox = make_sandbox(STUDENT)
+    marker = f"{time.time() % 1000:.6f}"
+    sandbox.call("leave_child", (marker,), {})
+    zygote = sandbox.zygote()
+    assert within(5, lambda: running(marker))
+    sandbox.call("add", (1, 1), {})
+    assert running(marker), "a live worker's children are its own"
+    sandbox.restart()  # (killed, it is gone once its zygote has reaped it)
+    assert within(2, lambda: not running(marker)), "it outlived the worker that left it"
+    assert sandbox.call("add", (1, 2), {}) == 3
+    assert sandbox.zygote() is zygote and zygote.alive
+    assert [e["kind"] for e in sandbox.events.events] == ["left_running"]
 
 
 def test_memory_limit_stops_a_memory_bomb(make_sandbox):

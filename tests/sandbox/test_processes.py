@@ -1,0 +1,45 @@
+"""autograder.sandbox.processes: telling a sandbox's strays from what it still runs."""
+
+import os
+
+from autograder.sandbox.processes import ProcessEntry, process_table, strays
+
+SANDBOX_UID = 5000
+
+
+def entry(ppid: int, uid: int = SANDBOX_UID, dying: bool = False) -> ProcessEntry:
+    return ProcessEntry(ppid=ppid, uid=uid, started=f"t{ppid}", dying=dying)
+
+
+# init 1 -> launcher 10 (root) -> zygote 11 -> worker 12 -> its child 13
+TABLE = {
+    1: entry(0, uid=0),
+    10: entry(1, uid=0),
+    11: entry(10),
+    12: entry(11),
+    13: entry(12),
+    14: entry(11),  # orphaned in the sandbox's PID namespace: reparented to the zygote
+    15: entry(1),  # orphaned in `uid` mode: reparented to the container's init
+    16: entry(11, dying=True),  # already killed, not yet reaped
+    17: entry(1, uid=0),  # someone else's
+    18: entry(15),  # a stray's child
+}
+
+
+def test_what_no_live_worker_runs_is_a_stray():
+    assert strays(TABLE, zygote=11, keep={12}, uid=SANDBOX_UID) == {14: "t11", 15: "t1",
+                                                                    18: "t15"}
+
+
+def test_without_a_uid_only_the_zygotes_descendants_are_the_sandboxs():
+    assert strays(TABLE, zygote=11, keep={12}, uid=None) == {14: "t11"}
+
+
+def test_once_its_worker_ended_the_workers_children_are_strays_too():
+    assert set(strays(TABLE, zygote=11, keep=set(), uid=None)) == {12, 13, 14}
+
+
+def test_the_table_is_read_from_proc():
+    table = process_table()
+    me = table[os.getpid()]
+    assert me.ppid == os.getppid() and me.uid == os.getuid() and not me.dying
