@@ -23,6 +23,9 @@ channel, and what each earns (observed here, never taken from the sandbox):
   was not seen). A worker's channel ends normally when the worker ends (exits, is killed, dies
   with its zygote): every holder of that end is then gone or exiting.
 
+One more kind is the sandbox client's, not the channel's: `left_running`, processes a worker
+left behind once it ended, which the client stopped (Sandbox._stop_strays).
+
 Student code can also stop its hook from sending at all (rebinding what it calls), which hides
 its later attempts and nothing more: these events are hints beside what the trusted side
 observes itself, never the wall.
