@@ -6,15 +6,15 @@ See docs/ARCHITECTURE.md ("Writing hidden tests").
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from autograder.sandbox.client import SandboxFailure, StudentError
 from autograder.sandbox_runtime.codec import ModuleSnapshot, remote_device, remote_identity
 
 __all__ = [
-    "ModuleSnapshot", "SandboxFailure", "StudentError", "assert_ranks_met", "drawn", "excerpt",
-    "raises_student",
+    "ModuleSnapshot", "SandboxFailure", "StudentError", "assert_ranks_met", "drawn",
+    "error_text", "excerpt", "raises_student",
     "remote_device", "remote_identity",
 ]
 
@@ -39,6 +39,17 @@ def excerpt(text: object, limit: int = 200) -> str:
     return clip(str(text), limit)
 
 
+def error_text(error: Mapping | None, limit: int = 300, none: str = "no error") -> str:
+    """A scenario's report of a student exception (`{"type": ..., "message": ...}`, as the
+    probes' `_error` makes it) for an assertion message: "ValueError: bad size", the type
+    alone when the message is empty (a bare `raise NotImplementedError`), `none` for None.
+    (Whether it was a NotImplementedError is the grader's to tell, not this text's.)"""
+    if error is None:
+        return none
+    kind, message = str(error.get("type", "an exception")), str(error.get("message", ""))
+    return f"{kind}: {excerpt(message, limit)}" if message.strip() else kind
+
+
 class _Raised:
     error: StudentError | None = None
 
@@ -56,7 +67,7 @@ def raises_student(type_name: str, why: str) -> Iterator[_Raised]:
         if not error.is_a(type_name):
             raise AssertionError(
                 f"{why}: expected {type_name}, but {error.function} raised "
-                f"{error.type_name}: {error.message}") from None
+                f"{error.described}") from None
         raised.error = error
         return
     raise AssertionError(f"{why}: expected {type_name}, but nothing was raised")

@@ -192,7 +192,7 @@ def test_bounded_keeps_the_first_lines_and_counts_the_rest():
 
 
 def test_reports_stay_under_their_cap_whatever_the_submission_printed(tmp_path, toy):
-    tests = [Result(f"add: test {i}", "coding", "add", 0.0, 1.0, "failed",
+    tests = [Result(f"add: test {i}", "coding", "add", 0.0, 1.0, "failed", "wrong_result",
                         "m" * 50_000 + INJECTION, "visible", output=("p" * 99 + "\n") * 10_000,
                         feedback=["f" * 10_000] * 100) for i in range(8)]
     warnings = [f"note {i}: " + "w" * 10_000 + INJECTION for i in range(100_000)]

@@ -90,13 +90,20 @@ def cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 try:  # the sandbox's codec knows torch's classes as they were before the student's import
+    from agsandbox.caught import note as _note_caught
     from agsandbox.codec import class_name as _class_name
 except ImportError:  # on the trusted side, which never runs a scenario
     def _class_name(cls: type) -> str:
         return cls.__name__
 
+    def _note_caught(exc: BaseException) -> None:
+        pass
+
 
 def _error(exc: BaseException) -> dict:
+    """A student exception as data for the test; also noted for the grader, which tells a
+    NotImplementedError (a stub) by its class, however the test words its failure."""
+    _note_caught(exc)
     return {"type": type(exc).__name__, "message": str(exc)[:500]}
 
 

@@ -105,7 +105,7 @@ class Gradebook:
                 self.db.execute("ALTER TABLE runs ADD COLUMN status TEXT")
             for run_id, report, error in self.db.execute(
                     "SELECT id, report, error FROM runs").fetchall():
-                status = derive(json.loads(report) if report else None, error)
+                status = derive(_with_v1_causes(json.loads(report)) if report else None, error)
                 self.db.execute("UPDATE runs SET status=? WHERE id=?",
                                 (json.dumps(status.to_json()), run_id))
             self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
@@ -240,6 +240,43 @@ def _bounded_report(report: dict | None) -> dict | None:
     warnings = [clip(w, 500) for w in report.get("warnings", [])[:40]]
     warnings.append("this stored report was cut down to fit the gradebook; see report.json")
     return {**report, "tests": tests, "warnings": warnings}
+
+
+# Version 1's reports had no causes (statuses.TestCause): its runs' statuses are derived once,
+# when the gradebook is migrated, from the messages that grader's runner wrote, as it worded
+# them then (first match wins). Nothing else reads a message.
+_V1_CAUSES = (
+    ("your module could not be imported:", "import_failed"),
+    ("the grader could not run this check", "grader_error"),
+    ("the grading process was killed during this test", "runner_killed"),
+    ("ended when its sandbox's parent process was killed", "sandbox_killed"),
+    ("its parent process ended after your code ran in it", "sandbox_killed"),
+    ("sent back an unreadable reply", "unreadable_reply"),
+    ("the result was too large to check", "too_large"),
+    ("is not allowed in the sandbox", "network_refused"),
+    ("the sandbox allows only IP and Unix sockets", "network_refused"),
+    ("importing your module took longer than", "import_hang"),
+    ("during the import of your module", "import_hang"),
+    ("timed out after", "timed_out"), ("time limit ran out", "timed_out"),
+    ("took longer than", "timed_out"),
+    ("your code was killed by", "crashed"), ("your code exited with status", "crashed"),
+    ("your code called sys.exit", "crashed"), ("your code stopped answering", "crashed"),
+    ("NotImplementedError", "not_implemented"), ("has no function named", "missing_function"),
+)
+
+
+def _with_v1_causes(report: dict) -> dict:
+    """A version-1 report with each coding test's cause as that grader's words implied."""
+    no_module = any(str(w).startswith("coding part: ") for w in report.get("warnings", []))
+    tests = []
+    for t in report.get("tests", []):
+        if "cause" not in t and t.get("part") == "coding":
+            message = str(t.get("message", ""))
+            cause = "passed" if t.get("status") == "passed" else "no_module" if no_module \
+                else next((c for words, c in _V1_CAUSES if words in message), "wrong_result")
+            t = {**t, "cause": cause}
+        tests.append(t)
+    return {**report, "tests": tests}
 
 
 def _late_json(late: LateStatus | None) -> str | None:

@@ -311,8 +311,8 @@ def common_failures(lines: list[Line], limit: int = COMMON_FAILURES) -> list[Fai
 
 
 def _module_problem(report: dict) -> bool:
-    return any(t["part"] == "coding" and t["message"].startswith(
-        "your module could not be imported:") for t in report["tests"])
+    return any(t["part"] == "coding" and t.get("cause") == "import_failed"
+               for t in report["tests"])
 
 
 def _whole_message(line: Line) -> str:
@@ -322,7 +322,7 @@ def _whole_message(line: Line) -> str:
     if status.status == "no_module":
         return f"no module: {status.detail}"
     first = next((t["message"] for t in line.row.report["tests"] if t["part"] == "coding"
-                  and t["message"].startswith("your module could not be imported:")), "")
+                  and t.get("cause") == "import_failed"), "")
     return first or f"not importable: {status.detail}"
 
 

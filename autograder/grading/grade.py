@@ -165,9 +165,11 @@ def _question_result(r, assignment: Assignment) -> TestResult:
     # resubmissions do not give the key away); an answer left out or malformed at once, so that
     # it can be fixed in time. Neither says which answer is right.
     problem = r.status in (UNANSWERED, INVALID)
+    # Whether it was answered, never whether rightly: that is the status's (and may be hidden).
+    cause = {UNANSWERED: "not_answered", INVALID: "invalid_answer"}.get(r.status, "answered")
     return TestResult(
         name=r.title, part="multiple_choice", item=r.id, score=r.score, max_score=r.max_score,
-        status="passed" if r.status == "correct" else "failed",
+        status="passed" if r.status == "correct" else "failed", cause=cause,
         message=clip(r.message.removeprefix(f"{r.title}: ")),  # the heading says it already
         visibility=config.answer_problems_visibility if problem
         else config.multiple_choice.visibility, feedback=feedback)

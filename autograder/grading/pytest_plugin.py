@@ -32,10 +32,17 @@ from autograder.grading.runner_events import (
     SandboxStarted,
     Start,
 )
+from autograder.grading.statuses import TEST_CAUSES, TestCause, outcome_of
 from autograder.project import budgets
 from autograder.project.config import SandboxLimits
 from autograder.sandbox.client import (
     ImportBudget,
+    ImportCrash,
+    ImportFailed,
+    ImportHang,
+    ImportsSpent,
+    ImportStopped,
+    MissingFunction,
     RankResults,
     Sandbox,
     SandboxCrash,
@@ -43,10 +50,15 @@ from autograder.sandbox.client import (
     SandboxTimeout,
     Starts,
     StudentError,
+    StudentExited,
+    Uncheckable,
+    UnreadableReply,
+    ZygoteKilled,
+    ZygoteLost,
     ZygoteSource,
 )
 from autograder.sandbox.processes import seconds_text
-from autograder.sandbox.reports import Reads, as_report, rank_reports
+from autograder.sandbox.reports import Reads, ReportError, as_report, rank_reports
 from autograder.sandbox_runtime.codec import CodecError
 
 MARKERS = {
@@ -102,8 +114,20 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
 
 
 class NotRun(SandboxFailure):
-    """The test needs a function that already hung, or crashed crash_limit times, in this
-    grading: it fails without running."""
+    """The test needs a function that already hung (`cause` not_run_hung), or crashed
+    crash_limit times (not_run_crashed), in this grading: it fails without running."""
+
+    def __init__(self, message: str, cause: TestCause) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class BudgetUsedUp(SandboxFailure):
+    """This test's time budget was used up before a call or scenario could start."""
+
+
+class NoModule(SandboxFailure):
+    """The submission has no module to run (missing, unreadable, a broken notebook)."""
 
 
 class Student:
@@ -160,7 +184,7 @@ class Student:
     def _timeout(self) -> float:
         left = self._remaining()
         if left <= 0:
-            raise SandboxFailure(
+            raise BudgetUsedUp(
                 f"this test's time limit of {seconds_text(self._spec.timeout)} s was used up")
         return min(left, self._plugin.limits.call_timeout)
 
@@ -176,10 +200,20 @@ class Student:
         except SandboxCrash as exc:
             self._plugin.record_crash(function, str(exc), self._spec)
             raise
+        except StudentError as exc:  # (the test may catch it: it was raised all the same)
+            self._plugin.saw_raised(self._spec, [exc])
+            raise
+        finally:
+            self._saw_caught()
+
+    def _saw_caught(self) -> None:
+        """The student exceptions the last call's scenario caught and noted."""
+        if self._plugin.sandbox is not None:
+            self._plugin.saw_raised(self._spec, self._plugin.sandbox.caught)
 
     def _sandbox(self) -> Sandbox:
         if self._plugin.sandbox is None:
-            raise SandboxFailure(self._plugin.job.missing_reason or "no submission to run")
+            raise NoModule(self._plugin.job.missing_reason or "no submission to run")
         return self._plugin.sandbox
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -226,8 +260,8 @@ class Student:
         while True:
             left = self._remaining()
             if left <= 1:
-                raise SandboxFailure(f"this test's time limit of "
-                                     f"{seconds_text(self._spec.timeout)} s was used up")
+                raise BudgetUsedUp(f"this test's time limit of "
+                                 f"{seconds_text(self._spec.timeout)} s was used up")
             # An equal share of what is left for this attempt and each hang still allowed.
             timeout = min(left / (1 + hangs), self._plugin.limits.call_timeout)
             started = time.monotonic()
@@ -251,6 +285,11 @@ class Student:
             except SandboxFailure:
                 imports.charge(time.monotonic() - started)
                 raise
+            except StudentError as exc:
+                self._plugin.saw_raised(self._spec, [exc])
+                raise
+            finally:
+                self._saw_caught()
 
     def fresh(self) -> None:
         """Restart the sandbox so the next call starts from a newly imported module."""
@@ -283,11 +322,11 @@ def crashed_message(function: str, record: dict) -> str:
             f"{record['test']})")
 
 
-def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[str, str]:
-    """(status, message for the student) for an exception that ended a test, clipped here in
+def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[TestCause, str]:
+    """(cause, message for the student) for an exception that ended a test, clipped here in
     the runner: a message may quote what student code returned (64 MiB of it, say)."""
-    status, message = _describe(excinfo.value)
-    return status, clip_message(message)
+    cause, message = _describe(excinfo.value)
+    return cause, clip_message(message)
 
 
 MESSAGE_CHARS = 4000
@@ -300,27 +339,62 @@ def clip_message(text: str, limit: int = MESSAGE_CHARS) -> str:
     return f"{text[:limit]}... ({len(text) - limit} more characters not shown)"
 
 
-def _describe(exc: BaseException) -> tuple[str, str]:
+# What a failure of the sandbox (or of the test's use of it) was, by its class: the first
+# entry that the exception is an instance of. The messages are the student's to read.
+FAILURE_CAUSES: tuple[tuple[type[SandboxFailure], TestCause], ...] = (
+    (ImportHang, "import_hang"),
+    (ImportStopped, "import_stopped"),
+    (ImportsSpent, "not_run_imports"),
+    (SandboxTimeout, "timed_out"),
+    (BudgetUsedUp, "timed_out"),
+    (ZygoteKilled, "sandbox_killed"),
+    (ZygoteLost, "sandbox_killed"),
+    (SandboxCrash, "crashed"),
+    (ImportCrash, "crashed"),
+    (StudentExited, "crashed"),
+    (ImportFailed, "import_failed"),
+    (MissingFunction, "missing_function"),
+    (NoModule, "no_module"),
+    (UnreadableReply, "unreadable_reply"),
+    (Uncheckable, "uncheckable"),
+    (ReportError, "wrong_result"),  # a check read what the scenario's report does not hold
+    (SandboxFailure, "crashed"),  # the sandbox failed otherwise (it did not start properly)
+)
+if any(cause not in TEST_CAUSES for _, cause in FAILURE_CAUSES):
+    raise ImportError("a failure's cause is not in statuses.TestCause")
+# Causes of a test that ended by a check, which a NotImplementedError that the student's code
+# raised during the test (caught by the test or a scenario) turns into not_implemented.
+_CHECKED = ("wrong_result", "raised")
+
+
+def _describe(exc: BaseException) -> tuple[TestCause, str]:
+    if isinstance(exc, NotRun):
+        return exc.cause, str(exc)
     if isinstance(exc, SandboxFailure):
-        return "failed", str(exc)
+        return next(cause for kind, cause in FAILURE_CAUSES if isinstance(exc, kind)), str(exc)
     if isinstance(exc, StudentError):
         where = f" ({exc.where})" if exc.where else ""
-        return "failed", f"{exc.function} raised {exc.type_name}: {exc.message}{where}"
+        message = f"{exc.function} raised {exc.described}{where}"
+        if exc.refused_by_sandbox:
+            return "network_refused", message
+        if exc.is_a("NotImplementedError"):
+            return "not_implemented", message
+        return "raised", message
     if isinstance(exc, AssertionError):
         # Only the test author's message: pytest's rewritten detail may show hidden inputs.
         text = _head(exc).split("\nassert ", 1)[0].strip()
         if not text or text.startswith("assert "):
             text = "a check of this behaviour failed"
-        return "failed", text
+        return "wrong_result", text
     if isinstance(exc, pytest.fail.Exception):
-        return "failed", _head(exc)
+        return "wrong_result", _head(exc)
     if isinstance(exc, CodecError):
-        return "failed", f"the result could not be checked: {_head(exc)}"
+        return "uncheckable", f"the result could not be checked: {_head(exc)}"
     if isinstance(exc, MemoryError):
         # The runner's own memory limit (see runner.limit_memory): only what student code sent
         # back can be that large, so it is the student's failure, not the grader's.
-        return "failed", "the result was too large to check (the grader ran out of memory " \
-                         "reading it)"
+        return "too_large", "the result was too large to check (the grader ran out of " \
+                            "memory reading it)"
     return "grader_error", f"the grader could not run this check ({type(exc).__name__}: " \
                            f"{_head(exc)})"
 
@@ -340,7 +414,9 @@ class GradingPlugin:
         self.job, self.emit = job, emit
         self.limits = SandboxLimits(**job.limits)
         self.specs: dict[str, TestSpec] = {}
-        self.outcomes: dict[str, dict] = {}
+        self.outcomes: dict[str, dict] = {}  # nodeid -> {"cause", "message"}
+        # Tests during which student code raised NotImplementedError (see saw_raised).
+        self.not_implemented: set[str] = set()
         self.sandbox: Sandbox | None = None
         self.hung: dict[str, dict] = dict(job.hung)
         self.crashed: dict[str, dict] = {f: dict(r) for f, r in job.crashed.items()}
@@ -369,9 +445,16 @@ class GradingPlugin:
             return
         first = self.hung.get(function)
         if first is not None and first["nodeid"] != spec.nodeid:
-            raise NotRun(not_run_message(function, first))
+            raise NotRun(not_run_message(function, first), "not_run_hung")
         if self.crashed_out(function):
-            raise NotRun(crashed_message(function, self.crashed[function]))
+            raise NotRun(crashed_message(function, self.crashed[function]), "not_run_crashed")
+
+    def saw_raised(self, spec: TestSpec, errors: list[StudentError]) -> None:
+        """Student exceptions seen during the test `spec` (raised into it, or caught by a
+        scenario): a built-in NotImplementedError among them makes a failed check of this
+        test not_implemented, whatever its message says."""
+        if any(error.is_a("NotImplementedError") for error in errors):
+            self.not_implemented.add(spec.nodeid)
 
     def crashed_out(self, function: str) -> bool:
         record = self.crashed.get(function)
@@ -463,7 +546,7 @@ class GradingPlugin:
         if spec.gpu and _cuda_device_count() < needed:
             have = _cuda_device_count()
             self.outcomes[item.nodeid] = {
-                "status": "gpu_unavailable",
+                "cause": "gpu_unavailable",
                 "message": f"needs {needed} GPU{'s' if needed > 1 else ''}; this grader has "
                            f"{have or 'none'}"}
             pytest.skip("needs CUDA")
@@ -471,7 +554,7 @@ class GradingPlugin:
             try:
                 self.refuse_if_blocked(function, spec)
             except NotRun as exc:  # fails at once, with the cause of the first hang or crash
-                self.outcomes[item.nodeid] = {"status": "failed", "message": str(exc)}
+                self.outcomes[item.nodeid] = {"cause": exc.cause, "message": str(exc)}
                 pytest.skip("a function it uses hung or kept crashing in an earlier test")
 
     @pytest.hookimpl(hookwrapper=True)
@@ -481,25 +564,27 @@ class GradingPlugin:
         if item.nodeid in self.outcomes or (call.when != "call" and report.passed):
             return
         if report.passed:
-            self.outcomes[item.nodeid] = {"status": "passed", "message": ""}
+            self.outcomes[item.nodeid] = {"cause": "passed", "message": ""}
         elif report.skipped and self.specs[item.nodeid].gpu:
             # This grader has CUDA (else setup marked the test above): whatever the sandbox
             # reported, a GPU test that does not run here is a failure, never a free pass.
             self.outcomes[item.nodeid] = {
-                "status": "failed", "message": "this GPU test did not run although this grader "
-                                               "has a GPU (did your code hide CUDA?)"}
+                "cause": "gpu_skipped", "message": "this GPU test did not run although this "
+                                                   "grader has a GPU (did your code hide CUDA?)"}
         elif report.skipped:
             reason = str(call.excinfo.value) if call.excinfo else "skipped"
-            self.outcomes[item.nodeid] = {"status": "skipped", "message": reason}
+            self.outcomes[item.nodeid] = {"cause": "skipped", "message": reason}
         elif call.excinfo is not None:
-            status, message = describe_failure(call.excinfo)
+            cause, message = describe_failure(call.excinfo)
             student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
-            if status == "grader_error" and isinstance(student, Student):
+            if cause == "grader_error" and isinstance(student, Student):
                 # A check that could not use a value of a probe's report: the student's.
                 blamed = student._reads.blame(call.excinfo.value)
                 if blamed is not None:
-                    status, message = "failed", clip_message(blamed)
-            self.outcomes[item.nodeid] = {"status": status, "message": message}
+                    cause, message = "wrong_result", clip_message(blamed)
+            if cause in _CHECKED and item.nodeid in self.not_implemented:
+                cause = "not_implemented"  # a stub's NotImplementedError, told by its class
+            self.outcomes[item.nodeid] = {"cause": cause, "message": message}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
@@ -518,10 +603,11 @@ class GradingPlugin:
             self._imports_told = self.imports.spent
             self.emit(Imports(seconds=round(self.imports.spent, 3)))
         result = self.outcomes.get(item.nodeid) or {
-            "status": "failed", "message": "the test ended without an outcome"}
+            "cause": "grader_error", "message": "the test ended without an outcome"}
         output, cut = self._take_output()
-        self.emit(Result(nodeid=item.nodeid, **result, output=output, output_cut=cut,
-                         duration=round(time.monotonic() - started, 3)))
+        self.emit(Result(nodeid=item.nodeid, status=outcome_of(result["cause"]),
+                         cause=result["cause"], message=result["message"], output=output,
+                         output_cut=cut, duration=round(time.monotonic() - started, 3)))
 
     def _take_output(self) -> tuple[str, bool]:
         output, cut = ("", False) if self.sandbox is None else self.sandbox.take_output()

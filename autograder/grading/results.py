@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from autograder.grading.late import LateStatus
-from autograder.grading.statuses import ReportStatus, TestOutcome
+from autograder.grading.statuses import ReportStatus, TestCause, TestOutcome
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 
@@ -37,6 +37,7 @@ class TestResult:
     score: float
     max_score: float
     status: ReportStatus
+    cause: TestCause  # why (statuses.TestCause): what statuses and reports read
     message: str
     visibility: str
     output: str = ""
@@ -92,6 +93,7 @@ class CodingOutcome:
     visibility: str
     gpu: bool
     status: TestOutcome
+    cause: TestCause
     message: str
     output: str = ""
     output_cut: bool = False
@@ -133,7 +135,7 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
             excluded = config.gpu_policy == "reweight"
             results.append(TestResult(
                 o.name, "coding", o.function, 0.0, 0.0 if excluded else o.points,
-                "excluded" if excluded else "pending",
+                "excluded" if excluded else "pending", o.cause,
                 "needs a GPU; left out (the other tests were reweighted)" if excluded
                 else "needs a GPU; pending a regrade on a GPU grader", o.visibility))
             continue
@@ -150,7 +152,8 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
         if output and o.output_cut:
             output += f"\n[output cut at {config.limits.output_bytes // 1024} KiB]"
         results.append(TestResult(o.name, "coding", o.function, max_score if passed else 0.0,
-                                  max_score, "passed" if passed else "failed", clip(message),
+                                  max_score, "passed" if passed else "failed", o.cause,
+                                  clip(message),
                                   o.visibility, output))
     return results
 

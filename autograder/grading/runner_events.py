@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
 from autograder.grading.job import TestSpec
-from autograder.grading.statuses import RUNNER_EVENTS, RunnerEvent, TestOutcome
+from autograder.grading.statuses import (
+    RUNNER_EVENTS,
+    RunnerEvent,
+    TestCause,
+    TestOutcome,
+    outcome_of,
+)
 
 
 class MalformedEvent(ValueError):
@@ -85,11 +91,13 @@ class SandboxStarted(Event):
 
 @dataclass
 class Result(Event):
-    """How the test `nodeid` went: its outcome, the student's message and output, its time."""
+    """How the test `nodeid` went: its outcome and why (`cause`, decided where it was seen:
+    statuses.TestCause), the student's message and output, its time."""
 
     kind: ClassVar[RunnerEvent] = "result"
     nodeid: str
     status: TestOutcome
+    cause: TestCause
     message: str
     output: str = ""
     output_cut: bool = False
@@ -168,7 +176,11 @@ def parse(line: str | bytes) -> Event:
     cls = EVENTS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise MalformedEvent(f"the runner sent an unknown event {kind!r}")
-    return _build(cls, message, f"the runner's {kind!r} event", ": ")
+    event = _build(cls, message, f"the runner's {kind!r} event", ": ")
+    if isinstance(event, Result) and event.status != outcome_of(event.cause):
+        raise MalformedEvent(f"the runner's 'result' event: status {event.status!r} does not "
+                             f"follow from its cause {event.cause!r}")
+    return event
 
 
 def _build(cls: type, values: dict, where: str, joint: str = ".") -> Any:

@@ -1,7 +1,8 @@
 """What a TA needs to know about one graded submission, in one word and one line.
 
 `derive(report, error, events)` gives a `SubmissionStatus` from the report (report.json's
-content), the grader's own failure and the sandbox's event log:
+content: each coding test's `cause`, statuses.TestCause, never its message), the grader's own
+failure and the sandbox's event log:
 
 - `flagged`: hostile behaviour: a refused socket, a write outside the sandbox, a read of the
   grader's files, a signal to the grader or to the sandbox's parent, an import hang, an
@@ -11,20 +12,22 @@ content), the grader's own failure and the sandbox's event log:
 - `not_importable`: the module raised at import (a syntax or import error), with the error;
 - `timed_out`: tests ran out of time (how many);
 - `crashed`: tests ended with the worker dead (killed, exited, crashed) (how many);
-- `blank`: the template unchanged: no coding test passed, and each failed on
-  `NotImplementedError` or a missing function;
+- `blank`: the template unchanged: no coding test passed, and each failed because student code
+  raised `NotImplementedError` (told by its class, also when a test or a scenario caught it)
+  or a function is missing;
 - `ok`: none of the above.
 
 A status is one word (the first that applies, in the order above); `flags` keeps every hostile
 reason, whatever the status.
 
-Trust. Flags come from two sources. Most are the trusted side's own observations, found in the
-test messages that the trusted runner writes (a runner killed mid-test, a zygote killed, an
-import that hung, a reply over the size limit): student code can make these appear (its own
-exception message may say anything) but cannot remove them, and `flagged` outranks every other
-status, so a student can only ever add a flag to itself. The sandbox's audit hook also notes
-attempts the trusted side cannot see (a refused socket that the student code caught, a write to
-a read-only path, a read of a grader path, a signal to the zygote), sent on each worker's event
+Trust. Flags come from two sources. Most are the trusted side's own observations, the causes
+the trusted runner and supervisor gave tests (a runner killed mid-test, a zygote killed, an
+import that hung, a reply over the size limit, a socket the sandbox refused): student code can
+make some appear (it can raise the sandbox's refusal itself, say) but cannot remove them, and
+`flagged` outranks every other status, so a student can only ever add a flag to itself. The
+sandbox's audit hook also notes attempts the trusted side cannot see (a refused socket that
+the student code caught, a write to a read-only path, a read of a grader path, a signal to the
+zygote), sent on each worker's event
 channel, which only the trusted runner reads, as it arrives (autograder.sandbox.events): what
 was sent is out of the sandbox's reach, and the runner keeps it in a records file of its own in
 the grader's folder (`read_sandbox_events`). Student code may send more (flagging itself) or
@@ -73,26 +76,19 @@ EVENT_REASONS = {
     "left_running": "left processes running after its code's test ended (they were stopped)",
 }
 
-# Trusted messages (written by the grader's runner and sandbox client, never by the sandbox).
-_IMPORT_HANG = ("importing your module took longer than", "during the import of your module")
-_FLAG_MESSAGES = {
-    "the grading process was killed during this test":
-        "killed the grading process (a signal to the grader)",
-    "ended when its sandbox's parent process was killed":
-        "killed its sandbox's parent process",
-    "its parent process ended after your code ran in it":
-        "its sandbox's parent process ended after its code ran (killed by it?)",
-    "sent back an unreadable reply": "sent a reply over the size limit or malformed",
-    "the result was too large to check": "sent a reply too large to check",
-    "is not allowed in the sandbox": "tried the network (refused)",
-    "the sandbox allows only IP and Unix sockets": "tried the network (refused)",
+# What a coding test's cause (statuses.TestCause) says of the whole submission.
+CAUSE_FLAGS = {
+    "runner_killed": "killed the grading process (a signal to the grader)",
+    "sandbox_killed": "killed its sandbox's parent process",
+    "import_hang": "import hang",
+    "unreadable_reply": "sent a reply over the size limit or malformed",
+    "too_large": "sent a reply too large to check",
+    "network_refused": "tried the network (refused)",
 }
-_TIMEOUTS = ("timed out after", "time limit ran out", "took longer than")
-_CRASHES = ("your code was killed by", "your code exited with status", "your code called sys.exit",
-            "your code stopped answering", "the grading process was killed")
-_NOT_IMPORTABLE = "your module could not be imported:"
-_GRADER_ERROR = "the grader could not run this check"
-_BLANK = ("NotImplementedError", "has no function named")
+TIMED_OUT_CAUSES = ("timed_out", "import_hang")
+CRASHED_CAUSES = ("crashed", "runner_killed")
+BLANK_CAUSES = ("not_implemented", "missing_function")
+_NOT_IMPORTABLE = "your module could not be imported:"  # (taken off the detail shown)
 
 
 @dataclass
@@ -144,18 +140,16 @@ def derive(report: dict | None, error: str | None = None,
     coding = [t for t in report.get("tests", []) if t.get("part") == "coding"]
     counted = [t for t in coding if t.get("status") in ("passed", "failed")]
     failed = [t for t in counted if t.get("status") == "failed"]
-    messages = [str(t.get("message", "")) for t in failed]
-    for message in messages:
-        for needle, reason in _FLAG_MESSAGES.items():
-            if needle in message and reason not in flags:
-                flags.append(reason)
-        if any(n in message for n in _IMPORT_HANG) and "import hang" not in flags:
-            flags.append("import hang")
-    slow = sum(any(n in m for n in _TIMEOUTS) for m in messages)
-    dead = sum(any(n in m for n in _CRASHES) for m in messages)
+    causes = [str(t.get("cause", "")) for t in failed]
+    for cause in causes:
+        reason = CAUSE_FLAGS.get(cause)
+        if reason is not None and reason not in flags:
+            flags.append(reason)
+    slow = sum(cause in TIMED_OUT_CAUSES for cause in causes)
+    dead = sum(cause in CRASHED_CAUSES for cause in causes)
     found = SubmissionStatus("ok", flags=flags, timed_out=slow, crashed=dead)
-    problem = _module_problem(report, messages)
-    grader_errors = [t for t in failed if str(t.get("message", "")).startswith(_GRADER_ERROR)]
+    problem = _module_problem(failed)
+    grader_errors = [t for t in failed if t.get("cause") == "grader_error"]
     found.grader_errors = len(grader_errors)
     if flags:
         found.status, found.detail = "flagged", "; ".join(flags)
@@ -169,22 +163,19 @@ def derive(report: dict | None, error: str | None = None,
         found.status, found.detail = "timed_out", f"{slow} of {len(counted)} tests timed out"
     elif dead:
         found.status, found.detail = "crashed", f"{dead} of {len(counted)} tests crashed"
-    elif counted and len(failed) == len(counted) and all(
-            any(n in m for n in _BLANK) for m in messages):
+    elif counted and len(failed) == len(counted) and all(c in BLANK_CAUSES for c in causes):
         found.status, found.detail = "blank", ("the template unchanged: its functions raise "
                                                "NotImplementedError or are missing")
     found.detail = clip(inert(found.detail), MAX_DETAIL)
     return found
 
 
-def _module_problem(report: dict, messages: list[str]) -> tuple[str, str] | None:
-    # The grader's warning "coding part: <why>" says the module could not be found or read.
-    for warning in report.get("warnings", []):
-        if str(warning).startswith("coding part: "):
-            return "no_module", str(warning).removeprefix("coding part: ")
-    for message in messages:
-        if message.startswith(_NOT_IMPORTABLE):
-            return "not_importable", message.removeprefix(_NOT_IMPORTABLE).strip()
+def _module_problem(failed: list[dict]) -> tuple[str, str] | None:
+    """no_module or not_importable, with the first such test's message as the detail."""
+    for state, cause in (("no_module", "no_module"), ("not_importable", "import_failed")):
+        for test in failed:
+            if test.get("cause") == cause:
+                return state, str(test.get("message", "")).removeprefix(_NOT_IMPORTABLE).strip()
     return None
 
 

@@ -149,7 +149,7 @@ class _Supervisor:
         if self.specs is None:
             raise GradingError("the hidden tests could not be collected (see messages above)")
         outcomes = [self._outcome(spec) for spec in self.specs]
-        self.warnings += self._hang_warnings(outcomes)
+        self.warnings += self._hang_warnings(outcomes, self.specs)
         # how this grading's test budgets were set (see autograder.project.budgets)
         if self.budgets:
             self.environment["time_budgets"] = self.budgets
@@ -158,24 +158,26 @@ class _Supervisor:
                                            "limit_seconds": self.job.import_timeout}
         return outcomes, self.warnings, self.environment
 
-    def _hang_warnings(self, outcomes: list[CodingOutcome]) -> list[str]:
+    def _hang_warnings(self, outcomes: list[CodingOutcome],
+                       specs: list[TestSpec]) -> list[str]:
         """One line per function that hung or crashed crash_limit times: where it did first,
-        how many tests were not run; and one if imports used up their allowance."""
+        how many tests that need it were not run; and one if imports used up their
+        allowance."""
         lines = []
         for function, first in self.job.hung.items():
-            skipped = _not_run(outcomes, f"not run: {function} did not finish")
+            skipped = _not_run(outcomes, specs, "not_run_hung", function)
             lines.append(f"{function} did not finish within {seconds_text(first['seconds'])} s "
                          f"in the test '{first['test']}' (the first to hang); "
                          + _skipped_text(skipped))
         for function, record in self.job.crashed.items():
             if function in self.job.hung or record["crashes"] < self.job.crash_limit:
                 continue
-            skipped = _not_run(outcomes, f"not run: {function} crashed")
+            skipped = _not_run(outcomes, specs, "not_run_crashed", function)
             lines.append(f"{function} crashed {record['crashes']} times, first in the test "
                          f"'{record['test']}' ({record['message']}); "
                          + _skipped_text(skipped))
         if self.job.imports_spent >= self.job.import_timeout:
-            skipped = _not_run(outcomes, "not run: importing your module has used up")
+            skipped = _not_run(outcomes, specs, "not_run_imports")
             lines.append(f"importing your module used up this submission's "
                          f"{seconds_text(self.job.import_timeout)} s for imports "
                          f"({seconds_text(self.job.imports_spent)} s in all); "
@@ -203,11 +205,12 @@ class _Supervisor:
     def _outcome(self, spec: TestSpec) -> CodingOutcome:
         # (a status outside the vocabulary never gets here: parse refuses the whole event)
         result = self.results.get(spec.nodeid) or Result(
-            spec.nodeid, "failed", "this test did not run: grading was stopped by the "
-                                   "submission's time limit or repeated crashes")
+            spec.nodeid, "failed", "not_run_time_limit",
+            "this test did not run: grading was stopped by the submission's time limit or "
+            "repeated crashes")
         return CodingOutcome(
             nodeid=spec.nodeid, name=spec.name, function=spec.function, points=spec.points,
-            visibility=spec.visibility, gpu=spec.gpu, status=result.status,
+            visibility=spec.visibility, gpu=spec.gpu, status=result.status, cause=result.cause,
             message=result.message, output=result.output, output_cut=result.output_cut)
 
     def _run_once(self) -> bool:
@@ -229,7 +232,7 @@ class _Supervisor:
                     self.warnings.append("grading stopped at the submission's time limit")
                     if current:
                         self.results[current] = Result(
-                            current, "failed",
+                            current, "failed", "timed_out",
                             "the submission's total time limit ran out during this test")
                     return True
                 if not select.select([read_fd], [], [], min(left, 1.0))[0]:
@@ -294,14 +297,17 @@ class _Supervisor:
             remove_left_by(runner.pid)
         if not finished and current is not None:
             self.results[current] = Result(
-                current, "failed",
+                current, "failed", "runner_killed",
                 f"the grading process was killed during this test "
                 f"({ended_text(runner.returncode)}); did your code kill its parent process?")
         return finished
 
 
-def _not_run(outcomes: list[CodingOutcome], prefix: str) -> int:
-    return sum(1 for o in outcomes if o.message.startswith(prefix))
+def _not_run(outcomes: list[CodingOutcome], specs: list[TestSpec], cause: str,
+             function: str | None = None) -> int:
+    """Tests not run for `cause` (that need `function`, when given)."""
+    return sum(1 for o, spec in zip(outcomes, specs, strict=True)
+               if o.cause == cause and (function is None or function in spec.uses))
 
 
 def _skipped_text(skipped: int, need: bool = True) -> str:

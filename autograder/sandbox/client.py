@@ -35,7 +35,7 @@ from autograder.project.config import SandboxLimits
 from autograder.project.inert import inert
 from autograder.sandbox.cgroups import Cgroup
 from autograder.sandbox.events import EVENTS_SUFFIX, EventRecorder
-from autograder.sandbox.folder import boot, sandbox_env
+from autograder.sandbox.folder import RUNTIME_PACKAGE, boot, sandbox_env
 from autograder.sandbox.isolation import (
     Isolation,
     detect,
@@ -73,7 +73,9 @@ _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 
 
 class SandboxFailure(Exception):
-    """Student code crashed, exited, hung or could not be imported or checked."""
+    """Student code crashed, exited, hung or could not be imported or checked. What happened
+    is the class (the subclasses below): the grader names it from that, never from the text,
+    which is for the student."""
 
 
 class SandboxUnavailable(Exception):
@@ -99,15 +101,52 @@ class ImportHang(SandboxFailure):
     test runs after it (see Sandbox._import_hang)."""
 
 
+class ImportCrash(SandboxFailure):
+    """The worker ended while it imported the student's module: no function is to blame."""
+
+
+class ImportFailed(SandboxFailure):
+    """The student's module raised at import (a syntax error, an import error, sys.exit)."""
+
+
+class MissingFunction(SandboxFailure):
+    """The student's module has no function of the name called."""
+
+
+class StudentExited(SandboxFailure):
+    """Student code called sys.exit during a call or a scenario."""
+
+
+class Uncheckable(SandboxFailure):
+    """What student code returned cannot be read back as plain data."""
+
+
+class UnreadableReply(SandboxFailure):
+    """A reply over the size limit, or not well formed: the sandbox is restarted."""
+
+
+class ZygoteLost(SandboxFailure):
+    """No worker could be started: the sandbox's parent process (the zygote) ended after
+    student code had run in it (killed by it, likely)."""
+
+
 class SandboxCrash(SandboxFailure):
     """Student code's process ended (it exited, was killed or crashed) during a call or a
     scenario: the next one needs a new worker, which imports the module again. A function
     whose calls keep crashing is not run again (see pytest_plugin.GradingPlugin.crashed)."""
 
 
+class ZygoteKilled(SandboxCrash):
+    """The worker ended with its sandbox's parent process (the zygote), killed meanwhile."""
+
+
 class ImportsSpent(SandboxFailure):
     """Starting the student's code has taken the submission's whole allowance (ImportBudget):
     no worker is started for it again."""
+
+
+class ImportStopped(ImportsSpent):
+    """An import in flight was stopped at what was left of the allowance (not a hang)."""
 
 
 class ImportBudget:
@@ -154,7 +193,18 @@ class StudentError(Exception):
         self.type_name = self.type_names[0][:200]
         self.message = str(info.get("message", ""))[:4000]
         self.where = str(info.get("where", ""))[:500]
-        super().__init__(f"{function} raised {self.type_name}: {self.message}")
+        super().__init__(f"{function} raised {self.described}")
+
+    @property
+    def described(self) -> str:
+        """'TYPE: MESSAGE', or the type alone when the message is empty (a bare `raise
+        NotImplementedError`), so that no text ends in a colon with nothing after it."""
+        return f"{self.type_name}: {self.message}" if self.message.strip() else self.type_name
+
+    @property
+    def refused_by_sandbox(self) -> bool:
+        """The sandbox's own refusal of a network socket (its audit hook's exception class)."""
+        return self.is_a(NETWORK_REFUSED)
 
     def is_a(self, type_name: str) -> bool:
         """True if the student's exception is (a subclass of) the named type: a built-in one
@@ -175,6 +225,12 @@ class StudentError(Exception):
                    for i, name in enumerate(self.qualified_names))
 
 
+# The class the sandbox's audit hook raises for a refused socket (sandbox_runtime/worker.py).
+NETWORK_REFUSED = f"{RUNTIME_PACKAGE}.worker.NetworkRefused"
+# Student exceptions a scenario caught and noted (sandbox_runtime/caught.py), per reply.
+MAX_CAUGHT = 8
+
+
 class RankResults(list):
     """The per-rank results of a multi-process scenario (a list), with what the trusted
     rendezvous stores saw (`stores`, in the order of their ports)."""
@@ -184,11 +240,21 @@ class RankResults(list):
         self.stores = stores
 
 
+def caught_errors(reply: dict, function: str) -> list[StudentError]:
+    """The student exceptions a scenario caught and noted in `reply` (at most MAX_CAUGHT), as
+    StudentErrors (`is_a` as for a raised one). The sandbox says so: student code may add
+    some (which only makes its own failures look like unfinished work) or leave them out."""
+    found = reply.get("caught")
+    if type(found) is not list:
+        return []
+    return [StudentError(function, info) for info in found[:MAX_CAUGHT] if type(info) is dict]
+
+
 class _EndedEarlier(Exception):
     """The worker had already ended before the request was sent."""
 
 
-class _Malformed(SandboxFailure):
+class _Malformed(Uncheckable):
     """A reply that does not follow the protocol: the sandbox is restarted."""
 
 
@@ -400,8 +466,8 @@ class Zygote:
             self.close()
             if why is not None:
                 raise SandboxUnavailable(why)
-            raise SandboxFailure("the sandbox could not start a process for your code: its "
-                                 "parent process ended after your code ran in it")
+            raise ZygoteLost("the sandbox could not start a process for your code: its "
+                             "parent process ended after your code ran in it")
         self.starts.started(pid)
         _oom_victim_first(pid)
         return pid, request_w, reply_r
@@ -518,6 +584,7 @@ class _Process:
         self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path,
                                                               gpus=gpus)
         self._status: int | None = None
+        self.zygote_killed = False  # (how_it_ended found the zygote gone with the worker)
         self.expected = "ready"  # the first frame of a serving worker
         self.gone_before_send = False  # the last request found the pipe's reader gone
         self.sent_at = time.monotonic()
@@ -576,6 +643,7 @@ class _Process:
         status = self._wait(timeout=5)
         if status is None:
             self.kill()
+            self.zygote_killed = not self.zygote.alive
             return "stopped answering" if self.zygote.alive else \
                 "ended when its sandbox's parent process was killed"
         code = os.waitstatus_to_exitcode(status)
@@ -597,6 +665,11 @@ class _Process:
                 pass
 
 
+def _crash(process: _Process) -> type[SandboxCrash]:
+    """The class of a worker's end that how_it_ended() has described."""
+    return ZygoteKilled if process.zygote_killed else SandboxCrash
+
+
 def _outcome(reply: dict, what: str, function: str) -> Any:
     """Turn a reply into a value or the matching exception."""
     if "value" in reply:
@@ -607,18 +680,17 @@ def _outcome(reply: dict, what: str, function: str) -> Any:
     if type(reply.get("raised")) is dict:
         raise StudentError(function, reply["raised"])
     if "exited" in reply:
-        raise SandboxFailure(f"your code called sys.exit({str(reply['exited'])[:100]}) "
-                             f"during {what}")
+        raise StudentExited(f"your code called sys.exit({str(reply['exited'])[:100]}) "
+                            f"during {what}")
     if "missing" in reply:
-        raise SandboxFailure(f"your module has no function named {function!r}")
+        raise MissingFunction(f"your module has no function named {function!r}")
     if type(reply.get("import_error")) is dict:
         error = StudentError(function, reply["import_error"])
         where = f" ({error.where})" if error.where else ""
-        raise SandboxFailure(f"your module could not be imported: {error.type_name}: "
-                             f"{error.message}{where}")
+        raise ImportFailed(f"your module could not be imported: {error.described}{where}")
     if "codec_error" in reply:
-        raise SandboxFailure(f"{what} returned something the grader cannot check: "
-                             f"{str(reply['codec_error'])[:500]}")
+        raise Uncheckable(f"{what} returned something the grader cannot check: "
+                          f"{str(reply['codec_error'])[:500]}")
     raise _Malformed(f"the sandbox sent an unexpected reply during {what}")
 
 
@@ -654,6 +726,9 @@ class Sandbox:
         # Time spent starting zygotes (the grader's, not the student's): tests' budgets are
         # extended by it (see pytest_plugin.Student).
         self.grader_seconds = 0.0
+        # The student exceptions the last call or scenario caught and noted (a probe that
+        # reports an error as data): the plugin tells a NotImplementedError by its class.
+        self.caught: list[StudentError] = []
 
     def zygote(self) -> Zygote:
         """The submission's zygote, started again if student code killed it."""
@@ -716,8 +791,9 @@ class Sandbox:
     def _request(self, request: dict, what: str, function: str, timeout: float | None,
                  gpus: int = 0) -> Any:
         timeout = self.limits.call_timeout if timeout is None else timeout
+        self.caught = []
         if self._import_hang is not None:
-            raise SandboxFailure(self._import_hang)
+            raise ImportHang(self._import_hang)
         if self._process is not None and self._process.gpus != gpus:
             self.restart()  # the GPUs a worker simulates are fixed before the student's import
         process = self._ensure_started(timeout, gpus)
@@ -728,6 +804,7 @@ class Sandbox:
             process = self._ensure_started(timeout, gpus)  # a fresh worker, once
             process.send(request)
             reply = self._read(process, timeout, what)
+        self.caught = caught_errors(reply, function)
         try:
             return _outcome(reply, what, function)
         except _Malformed:
@@ -762,14 +839,14 @@ class Sandbox:
                         imports.charge(time.monotonic() - started, imported=True)
             except SandboxTimeout as exc:
                 if capped:  # stopped by what was left of the allowance, not by a hang
-                    raise ImportsSpent(imports.message(
+                    raise ImportStopped(imports.message(
                         "the import of your module was stopped: ")) from None
                 # Not retried for every test: one hanging import costs one time limit.
                 self._import_hang = (f"importing your module took longer than "
                                      f"{seconds_text(allowed)} s (the other tests were not run)")
                 raise ImportHang(str(exc)) from None
             except SandboxCrash as exc:  # the import crashed: no function is to blame
-                raise SandboxFailure(str(exc)) from None
+                raise ImportCrash(str(exc)) from None
             if ready.get("ready") is not True:
                 self.restart()
                 raise SandboxFailure("the sandbox did not start properly")
@@ -787,10 +864,10 @@ class Sandbox:
             self.restart()
             if earlier:
                 raise _EndedEarlier() from None
-            raise SandboxCrash(f"your code {ended} during {what}") from None
+            raise _crash(process)(f"your code {ended} during {what}") from None
         except (wire.WireTooLarge, codec.CodecError) as exc:
             self.restart()
-            raise SandboxFailure(f"{what} sent back an unreadable reply: {exc}") from None
+            raise UnreadableReply(f"{what} sent back an unreadable reply: {exc}") from None
 
     def restart(self) -> None:
         """Kill the sandbox (with its whole process group); the next call starts a fresh one."""
@@ -854,8 +931,9 @@ class Sandbox:
         the ranks' `init_process_group` joins as clients (see rendezvous.py), listening at
         `store_host` only; what each store saw comes back with the results
         (`RankResults.stores`)."""
+        self.caught = []
         if self._import_hang is not None:  # each rank would import, and hang, again
-            raise SandboxFailure(self._import_hang)
+            raise ImportHang(self._import_hang)
         what = f"{function} (scenario {probe}, {world_size} processes)"
         processes: list[_Process] = []
         hosted: list[TrustedStore] = []
@@ -876,11 +954,14 @@ class Sandbox:
                 except wire.WireTimeout:
                     raise SandboxTimeout(timeout, what) from None
                 except wire.WireClosed:
-                    raise SandboxCrash(f"your code {process.how_it_ended()} in rank {rank} "
-                                         f"during {what}") from None
-                except (wire.WireTooLarge, codec.CodecError) as exc:
-                    raise SandboxFailure(f"rank {rank} sent back an unreadable reply: {exc}") \
+                    ended = process.how_it_ended()
+                    raise _crash(process)(f"your code {ended} in rank {rank} during {what}") \
                         from None
+                except (wire.WireTooLarge, codec.CodecError) as exc:
+                    raise UnreadableReply(f"rank {rank} sent back an unreadable reply: {exc}") \
+                        from None
+            self.caught = [error for reply in replies
+                           for error in caught_errors(reply, function)][:MAX_CAUGHT]
             return RankResults([_outcome(reply, what, function) for reply in replies],
                                [store.view() for store in hosted])
         finally:

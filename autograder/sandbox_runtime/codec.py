@@ -17,8 +17,9 @@ from typing import Any
 MAX_DEPTH = 32
 MAX_ITEMS = 100_000
 MAX_TENSOR_BYTES = 64 * 1024 * 1024
-# A reply's envelope (id, value/raised...) holds a few values besides the encoded result.
-ENVELOPE_ITEMS = 64
+# A reply's envelope (id, value/raised, the exceptions a scenario caught: each about 70 values,
+# 8 at most) holds that many values besides the encoded result.
+ENVELOPE_ITEMS = 1024
 # Public attributes worth recording on module snapshots (DataParallel, DDP, BatchNorm, Linear...).
 MODULE_ATTRIBUTES = (
     "training", "device_ids", "output_device", "dim", "num_features", "eps", "momentum",

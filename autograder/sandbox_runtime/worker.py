@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import agent_store, codec, fork_server, wire
+from . import agent_store, caught, codec, fork_server, wire
 
 # One message per event the hook notes, on the worker's event channel (see _refuse_network and
 # autograder.sandbox.events, the trusted side that reads it).
@@ -28,6 +28,11 @@ MAX_EVENTS = 50  # per process: a loop of refused calls must not flood the chann
 # The descriptor the hook writes events to: a worker's own event channel, set when it is forked
 # (the zygote runs no student code and has none).
 _events_fd: list[int | None] = [None]
+
+
+class NetworkRefused(PermissionError):
+    """The sandbox refused a socket (its audit hook): the trusted side tells it by this class
+    (autograder.sandbox.client.NETWORK_REFUSED)."""
 
 
 def main(argv: list[str]) -> None:
@@ -194,7 +199,7 @@ def _refuse_network() -> None:
 
     def refuse(kind: str, message: str) -> None:
         note(kind, message)
-        raise PermissionError(message)
+        raise NetworkRefused(message)
 
     def hook(event: str, args: tuple) -> None:
         if event == "socket.__new__" and args[1] not in allowed_families:
@@ -271,6 +276,34 @@ def _handle(request: dict, module: Any, import_error: dict | None, *,
             place: Callable[[Any], Any]) -> dict:
     if import_error is not None:
         return {"import_error": import_error}
+    _take_caught(module)  # (nothing from an earlier request)
+    reply = _run(request, module, scenarios, encode, place)
+    noted = _take_caught(module)
+    if noted:
+        reply["caught"] = noted
+    return reply
+
+
+def _take_caught(module: Any) -> list[dict]:
+    """What scenarios noted as caught (sandbox_runtime/caught.py), encoded; student code may
+    have broken the list or its exceptions: then less is sent, and the reply still goes."""
+    found = []
+    try:
+        for exc in caught.take()[:caught.MAX_NOTED]:
+            found.append(_encoded(exc, module.__name__))
+    except BaseException:  # noqa: BLE001, S110 - only the notes are lost
+        pass
+    return found
+
+
+def _encoded(exc: BaseException, module_name: str) -> dict:
+    info = codec.encode_exception(exc)
+    info["where"] = _student_frames(exc, module_name)
+    return info
+
+
+def _run(request: dict, module: Any, scenarios: dict[str, Any], encode: Callable[..., Any],
+         place: Callable[[Any], Any]) -> dict:
     op, args, kwargs = request["op"], request.get("args", ()), request.get("kwargs", {})
     # A scenario's environment (a rank: the grader hosts the rendezvous store, as torchrun's
     # agent does), set before the call, after the student's import.
@@ -294,9 +327,7 @@ def _handle(request: dict, module: Any, import_error: dict | None, *,
     except SystemExit as exc:
         return {"exited": repr(exc.code)}
     except BaseException as exc:  # noqa: BLE001
-        info = codec.encode_exception(exc)
-        info["where"] = _student_frames(exc, module.__name__)
-        return {"raised": info}
+        return {"raised": _encoded(exc, module.__name__)}
     try:
         return {"value": encode(value, identities)}
     except codec.CodecError as exc:

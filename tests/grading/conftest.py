@@ -3,16 +3,13 @@ configuration and probes, loaded as the grader loads it."""
 
 from __future__ import annotations
 
-import shutil
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from toy_course import TOY, toy_course
 
-from autograder.project.assignment import Assignment, load_assignment
-
-TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
+from autograder.project.assignment import Assignment
 
 
 @pytest.fixture
@@ -22,25 +19,12 @@ def toy() -> Path:
 
 @pytest.fixture
 def assignment(tmp_path: Path) -> Callable[..., Assignment]:
-    """`assignment(hidden=None, config={...})`: the toy, with `hidden` as its only hidden test
-    file (source text) and `config` replacing lines of its grading.yml (old text -> new)."""
+    """`assignment(hidden=None, config={...}, probes=None)`: the toy, with `hidden` as its only
+    hidden test file (source text), `config` replacing lines of its grading.yml (old text ->
+    new) and `probes` as its probes.py."""
 
     def make(hidden: str | None = None, config: dict[str, str] | None = None,
-             name: str = "test_hidden.py") -> Assignment:
-        course = tmp_path / "course"
-        if course.exists():
-            shutil.rmtree(course)
-        shutil.copytree(TOY, course)
-        folder = course / "assignments" / "toy" / "tests" / "hidden"
-        if hidden is not None:
-            for old in folder.glob("*.py"):
-                old.unlink()
-            (folder / name).write_text(textwrap.dedent(hidden))
-        text = (course / "grading.yml").read_text()
-        for old, new in (config or {}).items():
-            assert old in text, old
-            text = text.replace(old, new)
-        (course / "grading.yml").write_text(text)
-        return load_assignment("toy", course / "grading.yml")
+             name: str = "test_hidden.py", probes: str | None = None) -> Assignment:
+        return toy_course(tmp_path / "course", hidden, config, name, probes)
 
     return make

@@ -19,6 +19,7 @@ from autograder.project.schemas import validate
 
 CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
 STUB = "{0} raised NotImplementedError: {0} is not implemented yet (line 50 in {0})"
+CAUSES = {"passed": "passed", "stub": "not_implemented"}
 
 
 def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=None):
@@ -32,13 +33,14 @@ def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=Non
             outcomes.append(CodingOutcome(f"t{i}", f"{function}: test {i}", function, share,
                                           "visible", False,
                                           "passed" if status == "passed" else "failed",
+                                          CAUSES.get(status, "wrong_result"),
                                           "" if status == "passed" else message))
     outcomes.append(CodingOutcome("g", "setup_ddp: on a GPU", "setup_ddp", gpu_points,
-                                  "visible", True, "gpu_unavailable", ""))
+                                  "visible", True, "gpu_unavailable", "gpu_unavailable", ""))
     warnings: list[str] = []
     tests = coding_results(outcomes, CONFIG, warnings)
     tests += [Result(f"Q{i} q{i:02}", "multiple_choice", f"q{i:02}", 1.5 if i % 3 else 0.0,
-                     1.5, "passed" if i % 3 else "failed", "" if i % 3 else "A: no",
+                     1.5, "passed" if i % 3 else "failed", "answered", "" if i % 3 else "A: no",
                      "after_due_date") for i in range(1, 21)]
     environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
     return build_report(CONFIG, "s", tests, warnings, environment, 1.0, graded_file)
@@ -122,13 +124,17 @@ def test_clip_cuts_at_a_word_boundary_with_an_ellipsis() -> None:
     assert clip(cut, 60) == cut and clip("short", 60) == "short"
 
 
-def test_stub_failures_without_the_stub_message_are_grouped_too() -> None:
-    report = report_of({"unwrap_model": "stub"})
-    for t in report.tests:  # a test that words it "raised NotImplementedError for ..."
-        if t.item == "unwrap_model":
-            t.message = "unwrap_model raised NotImplementedError for DistributedDataParallel(m)"
-    names = [t["name"] for t in gradescope_results(report)["tests"] if "unwrap" in t["name"]]
-    assert names == ["unwrap_model: not implemented yet"]
+def test_not_implemented_entries_follow_the_cause_not_the_wording() -> None:
+    report = report_of({"unwrap_model": "stub", "wrap_ddp": "failed"})
+    for t in report.tests:
+        if t.item == "unwrap_model":  # a test that words it as it likes: grouped all the same
+            t.message = "loading failed"
+        if t.item == "wrap_ddp":  # a wrong result that quotes the words: not grouped
+            t.message = "wrap_ddp raised NotImplementedError: wrap_ddp is not implemented yet"
+    names = [t["name"] for t in gradescope_results(report)["tests"]
+             if "unwrap" in t["name"] or "wrap_ddp" in t["name"]]
+    assert sorted(names) == ["unwrap_model: not implemented yet", "wrap_ddp: test 0",
+                             "wrap_ddp: test 1"]
 
 
 def test_excerpt_for_hidden_tests_cuts_at_a_word() -> None:

@@ -23,8 +23,9 @@ CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
 
 def outcome(function: str, points: float, status: str = "passed", gpu: bool = False,
             message: str = "") -> CodingOutcome:
+    cause = {"failed": "wrong_result"}.get(status, status)
     return CodingOutcome(f"t::{function}", f"{function}: a test", function, points, "visible",
-                         gpu, status, message)
+                         gpu, status, cause, message)
 
 
 def cents(x: float) -> int:
@@ -63,7 +64,7 @@ def test_reweighted_scores_add_up_in_hundredths_everywhere() -> None:
         warnings: list[str] = []
         tests = coding_results(outcomes, CONFIG, warnings)
         tests += [Result(f"Q{i}", "multiple_choice", f"q{i:02}", rng.choice([0, 1.5]), 1.5,
-                             "passed", "", "visible") for i in range(1, 21)]
+                             "passed", "answered", "", "visible") for i in range(1, 21)]
         report = build_report(CONFIG, "s", tests, warnings, {}, 1.0)
         for part in report.parts:
             members = [t for t in report.tests if t.part == part.name]

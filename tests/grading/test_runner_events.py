@@ -43,7 +43,8 @@ ONE_OF_EACH: list[Event] = [
     Collected(tests=[SPEC, Spec("t.py::b", "scale: b", "scale", 0.0, "hidden", True, 3.0)]),
     Start(nodeid="test_toy.py::test_add"),
     SandboxStarted(pid=4242),
-    Result(nodeid="test_toy.py::test_add", status="failed", message="add raised ValueError: x",
+    Result(nodeid="test_toy.py::test_add", status="failed", cause="raised",
+           message="add raised ValueError: x",
            output="printed\n", output_cut=True, duration=0.25),
     Hung(function="add", seconds=8.0, test="add: adds", nodeid="test_toy.py::test_add"),
     Crashed(function="add", crashes=2, test="add: adds", nodeid="test_toy.py::test_add",
@@ -68,11 +69,11 @@ def test_every_kind_round_trips(event):
 
 
 def test_the_wire_format_is_the_runners_of_old():
-    # The keys the runner always wrote, in that order, "event" first.
-    assert json.loads(Result(nodeid="n", status="passed", message="", output="",
-                             output_cut=False, duration=1.5).to_json()) == {
-        "event": "result", "nodeid": "n", "status": "passed", "message": "", "output": "",
-        "output_cut": False, "duration": 1.5}
+    # The keys the runner always wrote, in that order, "event" first (and a result's cause).
+    assert json.loads(Result(nodeid="n", status="passed", cause="passed", message="",
+                             output="", output_cut=False, duration=1.5).to_json()) == {
+        "event": "result", "nodeid": "n", "status": "passed", "cause": "passed", "message": "",
+        "output": "", "output_cut": False, "duration": 1.5}
     assert list(json.loads(Hung("f", 2.0, "f: t", "n").to_json())) == \
         ["event", "function", "seconds", "test", "nodeid"]
     assert json.loads(Done(0).to_json()) == {"event": "done", "exit_code": 0}
@@ -85,8 +86,8 @@ def test_the_wire_format_is_the_runners_of_old():
 
 def test_an_integer_is_a_float_where_a_float_is_declared():
     # json writes 0.0 as 0.0, but a hand-made line (or another writer) may say 0.
-    event = parse('{"event": "result", "nodeid": "n", "status": "passed", "message": "", '
-                  '"output": "", "output_cut": false, "duration": 0}')
+    event = parse('{"event": "result", "nodeid": "n", "status": "passed", "cause": "passed", '
+                  '"message": "", "output": "", "output_cut": false, "duration": 0}')
     assert event.duration == 0.0 and type(event.duration) is float
     assert type(parse('{"event": "calibration", "seconds": 1, "factor": 2}').factor) is float
 
@@ -129,6 +130,11 @@ MALFORMED = [
     (line_with("result", status="excellent"),
      "'result' event: status is 'excellent', not one of ['passed', 'failed'"),
     (line_with("result", status=1), "status is 1, not one of"),
+    (line_with("result", cause="bad luck"),
+     "'result' event: cause is 'bad luck', not one of ['passed', 'wrong_result'"),
+    (line_with("result", cause=DROP), "'result' event lacks the fields ['cause']"),
+    (line_with("result", status="passed"),
+     "status 'passed' does not follow from its cause 'raised'"),
     (line_with("result", output_cut=0), "output_cut is 0, not bool"),
     (line_with("result", duration=DROP), "'result' event lacks the fields ['duration']"),
     (line_with("result", output=DROP, message=DROP), "lacks the fields ['message', 'output']"),

@@ -1,6 +1,7 @@
-"""The status of a submission (autograder.grading.submission_status): derived from the report, the
-grader's failure and the sandbox's events; flags can be added by student code, never
-cleared, and the runners' records of the events are read as untrusted data."""
+"""The status of a submission (autograder.grading.submission_status): derived from the report
+(each test's cause, never its message), the grader's failure and the sandbox's events; flags can
+be added by student code, never cleared, and the runners' records of the events are read as
+untrusted data."""
 
 from __future__ import annotations
 
@@ -19,12 +20,20 @@ from autograder.grading.submission_status import (
 from autograder.sandbox.events import EVENTS_SUFFIX, MAX_PER_KIND
 
 
-def report(*coding: tuple[str, str], warnings: list[str] | None = None) -> dict:
-    tests = [{"name": f"f{i}: test {i}", "part": "coding", "item": f"f{i}", "status": status,
-              "score": 1.0 if status == "passed" else 0.0, "max_score": 1.0, "message": message}
-             for i, (status, message) in enumerate(coding)]
+def report(*coding: tuple[str, str] | tuple[str, str, str],
+           warnings: list[str] | None = None) -> dict:
+    """A report's content: coding tests as (cause, message), or (status, cause, message)."""
+    tests = []
+    for i, test in enumerate(coding):
+        status, cause, message = test if len(test) == 3 else (
+            "passed" if test[0] == "passed" else "failed", *test)
+        tests.append({"name": f"f{i}: test {i}", "part": "coding", "item": f"f{i}",
+                      "status": status, "cause": cause,
+                      "score": 1.0 if status == "passed" else 0.0, "max_score": 1.0,
+                      "message": message})
     tests.append({"name": "Q1", "part": "multiple_choice", "item": "q01", "status": "failed",
-                  "score": 0.0, "max_score": 1.0, "message": "no answers file found"})
+                  "cause": "not_answered", "score": 0.0, "max_score": 1.0,
+                  "message": "no answers file found"})
     return {"tests": tests, "warnings": warnings or [], "score": 0.0, "max_score": 3.0}
 
 
@@ -34,41 +43,60 @@ PASS = ("passed", "")
 def test_ok_and_each_plain_status():
     assert derive(report(PASS, PASS)).status == "ok"
     assert derive(None, "the grader failed: boom").status == "grader_error"
-    missing = derive(report(("failed", "no toy.py found in your submission"),
+    missing = derive(report(("no_module", "no toy.py found in your submission"),
                             warnings=["coding part: no toy.py found in your submission"]))
     assert (missing.status, missing.detail) == ("no_module", "no toy.py found in your submission")
-    syntax = derive(report(*[("failed", "your module could not be imported: SyntaxError: "
-                                        "expected ':' (toy.py, line 1)")] * 3))
+    syntax = derive(report(*[("import_failed", "your module could not be imported: "
+                                               "SyntaxError: expected ':' (toy.py, line 1)")] * 3))
     assert syntax.status == "not_importable" and syntax.detail.startswith("SyntaxError")
-    slow = derive(report(PASS, ("failed", "timed out after 3 s during scale"),
-                         ("failed", "timed out after 3 s during add")))
+    slow = derive(report(PASS, ("timed_out", "timed out after 3 s during scale"),
+                         ("timed_out", "timed out after 3 s during add")))
     assert (slow.status, slow.timed_out, slow.detail) == ("timed_out", 2, "2 of 3 tests timed out")
-    dead = derive(report(PASS, ("failed", "your code was killed by SIGKILL (often the memory "
-                                          "limit) during add")))
+    dead = derive(report(PASS, ("crashed", "your code was killed by SIGKILL (often the memory "
+                                           "limit) during add")))
     assert (dead.status, dead.crashed) == ("crashed", 1)
-    blank = derive(report(("failed", "add raised NotImplementedError:  (line 2 in add)"),
-                          ("failed", "your module has no function named 'scale'")))
+    blank = derive(report(("not_implemented", "add raised NotImplementedError (line 2 in add)"),
+                          ("missing_function", "your module has no function named 'scale'")))
     assert blank.status == "blank"
-    wrong = derive(report(("failed", "add(2, 3) should be 5"), ("failed", "wrong")))
+    wrong = derive(report(("wrong_result", "add(2, 3) should be 5"), ("raised", "wrong")))
     assert wrong.status == "ok"  # a wrong answer is the student's own business
-    checks = derive(report(PASS, ("failed", "the grader could not run this check (TypeError)")))
+    checks = derive(report(PASS, ("grader_error",
+                                  "the grader could not run this check (TypeError)")))
     assert checks.status == "grader_error"
+    # Not run is no verdict of its own: what made them so (a hang, crashes) is.
+    hung = derive(report(("timed_out", "x"), ("not_run_hung", "y"), ("not_run_hung", "z")))
+    assert (hung.status, hung.timed_out) == ("timed_out", 1)
+
+
+def test_the_status_reads_causes_never_messages():
+    # Messages with every phrase the statuses were once searched for: no effect at all.
+    worded = ("NotImplementedError: your module could not be imported: timed out after 3 s; "
+              "your code was killed by SIGKILL; the grading process was killed during this "
+              "test; the grader could not run this check; sent back an unreadable reply; "
+              "has no function named 'add'; is not allowed in the sandbox")
+    assert derive(report(PASS, ("wrong_result", worded), ("raised", worded))).to_json() == \
+        derive(report(PASS, ("wrong_result", "x"), ("raised", "y"))).to_json()
+    # And a blank whose messages say none of it is blank all the same.
+    assert derive(report(("not_implemented", "loading failed"),
+                         ("not_implemented", ""))).status == "blank"
+    # A stub among passing tests, or among wrong results, is not blank.
+    assert derive(report(PASS, ("not_implemented", "x"))).status == "ok"
+    assert derive(report(("wrong_result", "x"), ("not_implemented", "x"))).status == "ok"
+    # Tests left out (a GPU policy) do not count either way.
+    assert derive(report(("excluded", "gpu_unavailable", ""),
+                         ("not_implemented", "x"))).status == "blank"
 
 
 def test_trusted_observations_flag_and_outrank_everything():
-    for message, reason in [
-            ("the grading process was killed during this test (SIGKILL); did your code kill "
-             "its parent process?", "killed the grading process"),
-            ("importing your module took longer than 8 s (the other tests were not run)",
-             "import hang"),
-            ("add sent back an unreadable reply: reply too large", "over the size limit"),
-            ("your code ended when its sandbox's parent process was killed during add",
-             "sandbox's parent"),
-            ("add raised PermissionError: network access to ('8.8.8.8', 53) is not allowed in "
-             "the sandbox", "network")]:
-        found = derive(report(PASS, ("failed", message),
-                              ("failed", "your module could not be imported: X")))
-        assert found.status == "flagged" and reason in found.detail, (message, found)
+    for cause, reason in [("runner_killed", "killed the grading process"),
+                          ("import_hang", "import hang"),
+                          ("unreadable_reply", "over the size limit"),
+                          ("too_large", "too large to check"),
+                          ("sandbox_killed", "sandbox's parent"),
+                          ("network_refused", "network")]:
+        found = derive(report(PASS, (cause, "whatever the message says"),
+                              ("import_failed", "your module could not be imported: X")))
+        assert found.status == "flagged" and reason in found.detail, (cause, found)
 
 
 def test_events_add_flags_and_a_forged_message_cannot_remove_one():
@@ -81,7 +109,7 @@ def test_events_add_flags_and_a_forged_message_cannot_remove_one():
     assert len(found.flags) == 3  # one line per kind; an unknown kind is still a flag
     assert "opened /etc/evil" in found.flags[0] and "unexpected sandbox event" in found.flags[2]
     # Whatever a student's messages say, a flag stays: flagged comes first.
-    ok_looking = report(PASS, ("failed", "status: ok; no flags; timed out after 0 s"))
+    ok_looking = report(PASS, ("wrong_result", "status: ok; no flags; timed out after 0 s"))
     assert derive(ok_looking, None, events).status == "flagged"
     # A grader failure with events keeps the flag.
     assert derive(None, "the grader failed", events).status == "flagged"

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.testing import assert_ranks_met, drawn
+from autograder.testing import assert_ranks_met, drawn, error_text
 
 import probes
 
@@ -19,7 +19,7 @@ def close(a, b, atol: float = 1e-5) -> bool:
 def error_of(report: dict, what: str) -> None:
     if "error" in report:
         error = report["error"]
-        raise AssertionError(f"{what} raised {error['type']}: {error['message'][:300]}")
+        raise AssertionError(f"{what} raised {error_text(error)}")
 
 
 def folder_name() -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from autograder.testing import assert_ranks_met, drawn
+from autograder.testing import assert_ranks_met, drawn, error_text
 
 import probes
 
@@ -29,7 +29,7 @@ def close(a, b, atol: float = 1e-5) -> bool:
 def error_of(report: dict, what: str) -> None:
     if "error" in report:
         error = report["error"]
-        raise AssertionError(f"{what} raised {error['type']}: {error['message'][:300]}")
+        raise AssertionError(f"{what} raised {error_text(error)}")
 
 
 # ----------------------------------------------------------------------------- init_from_env

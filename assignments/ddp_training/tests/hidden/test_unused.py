@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from autograder.testing import assert_ranks_met, drawn
+from autograder.testing import assert_ranks_met, drawn, error_text
 
 import probes
 
@@ -48,8 +48,7 @@ def test_unused_branch(student):
             where = (f"training step {report['step'] + 1} (branch "
                      f"{'used' if pattern[report['step']] else 'skipped'})"
                      if "step" in report else "wrap_with_unused")
-            raise AssertionError(f"rank {rank}: {where} raised {error['type']}: "
-                                 f"{error['message'][:300]}")
+            raise AssertionError(f"rank {rank}: {where} raised {error_text(error)}")
         assert report.get("wrapper") == "DistributedDataParallel", (
             f"rank {rank}: wrap_with_unused must return a DistributedDataParallel, got "
             f"{report.get('wrapper')}")

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from autograder.testing import assert_ranks_met, drawn
+from autograder.testing import assert_ranks_met, drawn, error_text
 
 import probes
 
@@ -208,7 +208,7 @@ def test_setup_invalid(student):
             assert error is not None and "ValueError" in error["types"], (
                 f"setup_ddp(rank={rank}, world_size={world_size}) must raise ValueError "
                 f"before starting any rendezvous (got "
-                f"{error['type'] + ': ' + error['message'] if error else 'no error'})")
+                f"{error_text(error)})")
             assert not attempt["initialized_after"], (
                 "a rejected call must not leave a group behind")
     # Refusing is worth something only from a function that also sets up valid ranks.
@@ -223,12 +223,11 @@ def test_setup_twice(student):
     for report in reports:
         first = report["first"].get("error")
         assert first is None, (
-            f"the first setup_ddp call failed: {first and first['type']}: "
-            f"{first and first['message']}")
+            f"the first setup_ddp call failed: {error_text(first)}")
         error = report["second"].get("error")
         assert error is not None and "RuntimeError" in error["types"], (
             "a second setup_ddp while the default group exists must raise RuntimeError (got "
-            f"{error['type'] + ': ' + error['message'] if error else 'no error'})")
+            f"{error_text(error)})")
         assert len(error["message"]) >= 20, "the RuntimeError needs a clear message"
     assert_met(reports, values, "the refused second call must leave the first group working")
 
@@ -277,7 +276,7 @@ def assert_averaged(reports, model, batches, what: str) -> None:
 def assert_wrapped_ddp(report: dict, rank: int) -> None:
     error = report.get("error")
     assert error is None, (
-        f"rank {rank}: wrap_ddp raised {error and error['type']}: {error and error['message']}")
+        f"rank {rank}: wrap_ddp raised {error_text(error)}")
     assert report["type"] == "DistributedDataParallel", (
         f"wrap_ddp must return a DistributedDataParallel, got a {report['type']}")
 
@@ -328,7 +327,7 @@ def test_wrap_ddp_syncbn_cpu(student):
     assert error is not None and "ValueError" in error["types"], (
         "SyncBatchNorm cannot train on CPU: wrap_ddp(..., sync_batchnorm=True) with a CPU "
         "device must raise ValueError (got "
-        f"{error['type'] + ': ' + error['message'] if error else 'no error'})")
+        f"{error_text(error)})")
     # Refusing is worth something only from a function that also wraps.
     model, batches = ddp_case(2)
     reports = student.run_ranks(probes.ddp_gradients, 2, model, None,
@@ -403,7 +402,7 @@ def test_loader_indivisible(student):
         assert error is not None and "ValueError" in error["types"], (
             f"{why} (global_batch_size={global_batch}, rank={rank}, world_size={world_size}): "
             "expected ValueError (got "
-            f"{error['type'] + ': ' + error['message'] if error else 'a loader'})")
+            f"{error_text(error, none='a loader')})")
     # Refusing is worth something only from a function that also builds loaders.
     world_size = drawn().randint(2, 4)
     report = loaders(student, probes.IndexData(4 * world_size), 2 * world_size, world_size,
@@ -588,14 +587,13 @@ def cleanup_run(student, world_size: int) -> list[dict]:
     assert_ranks_met(reports, world_size, "the grader's own group before cleanup_ddp")
     for rank, report in enumerate(reports):
         assert "error" not in report["cleanup"], (
-            f"rank {rank}: cleanup_ddp raised {report['cleanup']['error']['type']}: "
-            f"{report['cleanup']['error']['message']}")
+            f"rank {rank}: cleanup_ddp raised {error_text(report['cleanup']['error'])}")
         assert report["initialized_after"] is False, (
             f"rank {rank}: after cleanup_ddp the default process group must be gone")
         reinit = report.get("reinit", {}).get("error")
         assert reinit is None, (
             f"rank {rank}: after cleanup_ddp a new process group must be possible, but "
-            f"making one raised {reinit and reinit['type']}: {reinit and reinit['message']}")
+            f"making one raised {error_text(reinit)}")
     assert_met(reports, values, "a new group made after cleanup_ddp", store=1)
     return reports
 
@@ -616,4 +614,4 @@ def test_cleanup_repeat(student):
             error = report[key].get("error")
             assert error is None, (
                 f"rank {rank}: cleanup_ddp called {when} must do nothing, but it raised "
-                f"{error['type']}: {error['message']}")
+                f"{error_text(error)}")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.testing import drawn
+from autograder.testing import drawn, error_text
 
 import probes
 
@@ -38,7 +38,7 @@ def checkpoint(model: nn.Module, levels: int) -> dict:
 def assert_loaded(report: dict, source: nn.Module, what: str) -> None:
     error = report.get("error")
     assert error is None, (
-        f"{what}: load_state_dict_flexible raised {error['type']}: {error['message'][:300]}")
+        f"{what}: load_state_dict_flexible raised {error_text(error)}")
     for name, value in source.state_dict().items():
         assert name in report["state"] and torch.equal(report["state"][name], value), (
             f"{what}: after loading, {name!r} must hold the checkpoint's value")
@@ -175,7 +175,9 @@ def test_load_submodule_names(student):
         assert error is None or "submodule" not in error["message"], (
             "only a leading 'module.' (one per wrapper) may be removed: a name like "
             f"'submodule.weight' must stay as it is ({error and error['message'][:200]})")
-        assert error is None, f"loading failed: {error and error['message'][:200]}"
+        assert error is None, (
+            f"loading a checkpoint of a model with a 'submodule' child failed: "
+            f"load_state_dict_flexible raised {error_text(error, 200)}")
         assert torch.equal(report["state"]["submodule.weight"], source.submodule.weight), (
             "submodule.weight must be loaded from the checkpoint")
 
