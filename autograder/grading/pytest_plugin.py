@@ -114,12 +114,12 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
 
 
 class NotRun(SandboxFailure):
-    """The test needs a function that already hung (`cause` not_run_hung), or crashed
+    """The test needs `function`, which already hung (`cause` not_run_hung), or crashed
     crash_limit times (not_run_crashed), in this grading: it fails without running."""
 
-    def __init__(self, message: str, cause: TestCause) -> None:
+    def __init__(self, message: str, cause: TestCause, function: str) -> None:
         super().__init__(message)
-        self.cause = cause
+        self.cause, self.function = cause, function
 
 
 class BudgetUsedUp(SandboxFailure):
@@ -445,9 +445,10 @@ class GradingPlugin:
             return
         first = self.hung.get(function)
         if first is not None and first["nodeid"] != spec.nodeid:
-            raise NotRun(not_run_message(function, first), "not_run_hung")
+            raise NotRun(not_run_message(function, first), "not_run_hung", function)
         if self.crashed_out(function):
-            raise NotRun(crashed_message(function, self.crashed[function]), "not_run_crashed")
+            raise NotRun(crashed_message(function, self.crashed[function]), "not_run_crashed",
+                         function)
 
     def saw_raised(self, spec: TestSpec, errors: list[StudentError]) -> None:
         """Student exceptions seen during the test `spec` (raised into it, or caught by a
@@ -554,7 +555,8 @@ class GradingPlugin:
             try:
                 self.refuse_if_blocked(function, spec)
             except NotRun as exc:  # fails at once, with the cause of the first hang or crash
-                self.outcomes[item.nodeid] = {"cause": exc.cause, "message": str(exc)}
+                self.outcomes[item.nodeid] = {"cause": exc.cause, "message": str(exc),
+                                              "blocked_by": exc.function}
                 pytest.skip("a function it uses hung or kept crashing in an earlier test")
 
     @pytest.hookimpl(hookwrapper=True)
@@ -584,7 +586,10 @@ class GradingPlugin:
                     cause, message = "wrong_result", clip_message(blamed)
             if cause in _CHECKED and item.nodeid in self.not_implemented:
                 cause = "not_implemented"  # a stub's NotImplementedError, told by its class
-            self.outcomes[item.nodeid] = {"cause": cause, "message": message}
+            blocked = call.excinfo.value
+            self.outcomes[item.nodeid] = {
+                "cause": cause, "message": message,
+                "blocked_by": blocked.function if isinstance(blocked, NotRun) else ""}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
@@ -606,7 +611,8 @@ class GradingPlugin:
             "cause": "grader_error", "message": "the test ended without an outcome"}
         output, cut = self._take_output()
         self.emit(Result(nodeid=item.nodeid, status=outcome_of(result["cause"]),
-                         cause=result["cause"], message=result["message"], output=output,
+                         cause=result["cause"], message=result["message"],
+                         blocked_by=result.get("blocked_by", ""), output=output,
                          output_cut=cut, duration=round(time.monotonic() - started, 3)))
 
     def _take_output(self) -> tuple[str, bool]:

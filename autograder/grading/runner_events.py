@@ -92,13 +92,15 @@ class SandboxStarted(Event):
 @dataclass
 class Result(Event):
     """How the test `nodeid` went: its outcome and why (`cause`, decided where it was seen:
-    statuses.TestCause), the student's message and output, its time."""
+    statuses.TestCause; for a test not run because a function hung or kept crashing, that
+    function: `blocked_by`), the student's message and output, its time."""
 
     kind: ClassVar[RunnerEvent] = "result"
     nodeid: str
     status: TestOutcome
     cause: TestCause
     message: str
+    blocked_by: str = ""
     output: str = ""
     output_cut: bool = False
     duration: float = 0.0

@@ -149,7 +149,7 @@ class _Supervisor:
         if self.specs is None:
             raise GradingError("the hidden tests could not be collected (see messages above)")
         outcomes = [self._outcome(spec) for spec in self.specs]
-        self.warnings += self._hang_warnings(outcomes, self.specs)
+        self.warnings += self._hang_warnings()
         # how this grading's test budgets were set (see autograder.project.budgets)
         if self.budgets:
             self.environment["time_budgets"] = self.budgets
@@ -158,31 +158,35 @@ class _Supervisor:
                                            "limit_seconds": self.job.import_timeout}
         return outcomes, self.warnings, self.environment
 
-    def _hang_warnings(self, outcomes: list[CodingOutcome],
-                       specs: list[TestSpec]) -> list[str]:
+    def _hang_warnings(self) -> list[str]:
         """One line per function that hung or crashed crash_limit times: where it did first,
         how many tests that need it were not run; and one if imports used up their
         allowance."""
         lines = []
         for function, first in self.job.hung.items():
-            skipped = _not_run(outcomes, specs, "not_run_hung", function)
+            skipped = self._not_run("not_run_hung", function)
             lines.append(f"{function} did not finish within {seconds_text(first['seconds'])} s "
                          f"in the test '{first['test']}' (the first to hang); "
                          + _skipped_text(skipped))
         for function, record in self.job.crashed.items():
             if function in self.job.hung or record["crashes"] < self.job.crash_limit:
                 continue
-            skipped = _not_run(outcomes, specs, "not_run_crashed", function)
+            skipped = self._not_run("not_run_crashed", function)
             lines.append(f"{function} crashed {record['crashes']} times, first in the test "
                          f"'{record['test']}' ({record['message']}); "
                          + _skipped_text(skipped))
         if self.job.imports_spent >= self.job.import_timeout:
-            skipped = _not_run(outcomes, specs, "not_run_imports")
+            skipped = self._not_run("not_run_imports")
             lines.append(f"importing your module used up this submission's "
                          f"{seconds_text(self.job.import_timeout)} s for imports "
                          f"({seconds_text(self.job.imports_spent)} s in all); "
                          + _skipped_text(skipped, need=False))
         return lines
+
+    def _not_run(self, cause: str, function: str | None = None) -> int:
+        """Tests not run for `cause` (because of `function`, when given)."""
+        return sum(1 for r in self.results.values()
+                   if r.cause == cause and (function is None or r.blocked_by == function))
 
     def _kill_sandboxes(self) -> None:
         # Each sandbox leads its own process group; a dead runner cannot clean up after itself.
@@ -301,13 +305,6 @@ class _Supervisor:
                 f"the grading process was killed during this test "
                 f"({ended_text(runner.returncode)}); did your code kill its parent process?")
         return finished
-
-
-def _not_run(outcomes: list[CodingOutcome], specs: list[TestSpec], cause: str,
-             function: str | None = None) -> int:
-    """Tests not run for `cause` (that need `function`, when given)."""
-    return sum(1 for o, spec in zip(outcomes, specs, strict=True)
-               if o.cause == cause and (function is None or function in spec.uses))
 
 
 def _skipped_text(skipped: int, need: bool = True) -> str:

@@ -17,10 +17,13 @@ from autograder.grading.submission_status import SubmissionStatus
 SYNTAX = "your module could not be imported: SyntaxError: expected ':' (toy.py, line 1)"
 
 
-def report(status: str, message: str = "", score: float = 0.0) -> dict:
-    return {"score": score, "max_score": 1.0, "warnings": [], "late": None, "tests": [
-        {"name": "add: adds", "part": "coding", "item": "add", "status": status,
-         "score": score, "max_score": 1.0, "message": message}]}
+def report(status: str, message: str = "", score: float = 0.0, cause: str | None = None) -> dict:
+    """report.json's content, one coding test; without `cause` as version 1 wrote it."""
+    test = {"name": "add: adds", "part": "coding", "item": "add", "status": status,
+            "score": score, "max_score": 1.0, "message": message}
+    if cause is not None:
+        test["cause"] = cause
+    return {"score": score, "max_score": 1.0, "warnings": [], "late": None, "tests": [test]}
 
 
 def submission(key: str = "alice") -> ClassSubmission:
@@ -29,11 +32,12 @@ def submission(key: str = "alice") -> ClassSubmission:
 
 def test_status_is_recorded_and_read_back(tmp_path):
     with Gradebook(tmp_path / "g.sqlite") as book:
-        book.record(submission(), "toy", GradeOutcome("alice", report("failed", SYNTAX), None,
-                                                      1.0), "h1", "g", "a", None)
+        book.record(submission(), "toy", GradeOutcome("alice", report("failed", SYNTAX,
+                                                                     cause="import_failed"),
+                                                      None, 1.0), "h1", "g", "a", None)
         flagged = SubmissionStatus("flagged", "tried the network (refused)",
                                    ["tried the network (refused)"])
-        book.record(submission(), "toy", GradeOutcome("alice", report("passed", score=1.0),
+        book.record(submission(), "toy", GradeOutcome("alice", PASSED,
                                                       None, 1.0), "h2", "g", "a", None, flagged)
         latest = book.latest()[0]
         assert latest.status == flagged
@@ -45,6 +49,8 @@ def test_status_is_recorded_and_read_back(tmp_path):
 
 
 GRADER_BUG = "the grader could not run this check (KeyError: 'typo')"
+PASSED = report("passed", score=1.0, cause="passed")
+BUGGED = report("failed", GRADER_BUG, cause="grader_error")
 
 
 def test_a_run_the_grader_failed_on_in_whole_or_in_part_is_graded_again(tmp_path):
@@ -52,10 +58,10 @@ def test_a_run_the_grader_failed_on_in_whole_or_in_part_is_graded_again(tmp_path
         def current() -> bool:
             return book.is_current("alice", "h", "g", "a", None)
 
-        book.record(submission(), "toy", GradeOutcome("alice", report("passed", score=1.0),
+        book.record(submission(), "toy", GradeOutcome("alice", PASSED,
                                                       None, 1.0), "h", "g", "a", None)
         assert current()
-        book.record(submission(), "toy", GradeOutcome("alice", report("failed", GRADER_BUG),
+        book.record(submission(), "toy", GradeOutcome("alice", BUGGED,
                                                       None, 1.0), "h", "g", "a", None)
         status = book.latest()[0].status
         assert (status.status, status.grader_errors, status.grader_failed) == \
@@ -64,14 +70,14 @@ def test_a_run_the_grader_failed_on_in_whole_or_in_part_is_graded_again(tmp_path
         # Flagged as well: still a check the grader could not run.
         flagged = SubmissionStatus("flagged", "tried the network (refused)",
                                    ["tried the network (refused)"], grader_errors=1)
-        book.record(submission(), "toy", GradeOutcome("alice", report("failed", GRADER_BUG),
+        book.record(submission(), "toy", GradeOutcome("alice", BUGGED,
                                                       None, 1.0), "h", "g", "a", None, flagged)
         assert book.latest()[0].status == flagged and not current()
         book.record(submission(), "toy", GradeOutcome("alice", None, "the runner died", 1.0),
                     "h", "g", "a", None)
         assert not current()
-        book.record(submission(), "toy", GradeOutcome("alice", report("failed", "add(2, 3) "
-                                                      "should be 5"), None, 1.0),
+        wrong = report("failed", "add(2, 3) should be 5", cause="wrong_result")
+        book.record(submission(), "toy", GradeOutcome("alice", wrong, None, 1.0),
                     "h", "g", "a", None)
         assert current()  # the student's own failure
 

@@ -194,13 +194,14 @@ def test_a_function_that_hung_is_not_run_again(tmp_path):
     report, tests = graded(tmp_path, ADD_LOOPS, course(tmp_path))
     first = tests["add: first"]
     assert first.status == "failed" and "timed out after 2 s during add" in first.message
+    assert first.cause == "timed_out"
     not_run = "not run: add did not finish within 2 s in an earlier test (add: first)"
     # Later tests of add, a test that declares it uses add, and a test that calls add without
     # declaring it: all fail at once with the cause, scenarios and rank scenarios included.
     for name in ("add: again", "add: in two processes", "add: in a scenario",
                  "divide: after an addition", "scale: undeclared use of add"):
         assert tests[name].status == "failed", name
-        assert tests[name].message == not_run, name
+        assert (tests[name].cause, tests[name].message) == ("not_run_hung", not_run), name
     assert "rank started" not in tests["add: in two processes"].output  # never started
     # A tolerant test runs anyway; tests of other functions run as usual.
     for name in ("divide: even when add hangs", "divide: raises for zero", "scale: doubles"):
@@ -278,7 +279,7 @@ def add(a, b):
 def test_a_function_that_keeps_crashing_is_not_run_again(tmp_path):
     report, tests = graded(tmp_path, ADD_CRASHES, course(tmp_path, crashes=2))
     for name in ("add: first", "add: again"):  # two crashes: the limit
-        assert tests[name].status == "failed"
+        assert tests[name].status == "failed" and tests[name].cause == "crashed"
         assert tests[name].message == "your code exited with status 3 during add", name
     not_run = "not run: add crashed 2 times already (first in add: first)"
     # Later tests of add, one that declares it uses add, one that calls it undeclared: all
@@ -286,7 +287,7 @@ def test_a_function_that_keeps_crashing_is_not_run_again(tmp_path):
     for name in ("add: in two processes", "add: in a scenario", "divide: after an addition",
                  "scale: undeclared use of add"):
         assert tests[name].status == "failed", name
-        assert tests[name].message == not_run, name
+        assert (tests[name].cause, tests[name].message) == ("not_run_crashed", not_run), name
         assert "add runs" not in tests[name].output, name
     assert "rank" not in tests["add: in two processes"].output
     # A tolerant test runs anyway; tests of other functions run as usual.

@@ -105,8 +105,8 @@ def test_the_event_stream_and_the_state_tests_run_in(assignment, toy, tmp_path):
         [(kind, n) for n in nodeids for kind in ("start", "result")]
     results = {e["nodeid"].split("::")[1]: e for e in events if e["event"] == "result"}
     for result in results.values():
-        assert set(result) == {"event", "nodeid", "status", "cause", "message", "output",
-                               "output_cut", "duration"}
+        assert set(result) == {"event", "nodeid", "status", "cause", "message", "blocked_by",
+                               "output", "output_cut", "duration"}
         assert type(result["duration"]) is float and result["duration"] >= 0
     assert [results[n]["status"] for n in ("test_student", "test_quick", "test_scale")] == \
         ["passed"] * 3

@@ -73,7 +73,7 @@ def test_the_wire_format_is_the_runners_of_old():
     assert json.loads(Result(nodeid="n", status="passed", cause="passed", message="",
                              output="", output_cut=False, duration=1.5).to_json()) == {
         "event": "result", "nodeid": "n", "status": "passed", "cause": "passed", "message": "",
-        "output": "", "output_cut": False, "duration": 1.5}
+        "blocked_by": "", "output": "", "output_cut": False, "duration": 1.5}
     assert list(json.loads(Hung("f", 2.0, "f: t", "n").to_json())) == \
         ["event", "function", "seconds", "test", "nodeid"]
     assert json.loads(Done(0).to_json()) == {"event": "done", "exit_code": 0}
@@ -87,7 +87,8 @@ def test_the_wire_format_is_the_runners_of_old():
 def test_an_integer_is_a_float_where_a_float_is_declared():
     # json writes 0.0 as 0.0, but a hand-made line (or another writer) may say 0.
     event = parse('{"event": "result", "nodeid": "n", "status": "passed", "cause": "passed", '
-                  '"message": "", "output": "", "output_cut": false, "duration": 0}')
+                  '"message": "", "blocked_by": "", "output": "", "output_cut": false, '
+                  '"duration": 0}')
     assert event.duration == 0.0 and type(event.duration) is float
     assert type(parse('{"event": "calibration", "seconds": 1, "factor": 2}').factor) is float
 

@@ -188,6 +188,7 @@ def test_the_submissions_time_limit_stops_grading_where_it_is(assignment, tmp_pa
         ("failed", "the submission's total time limit ran out during this test"),
         ("failed", "this test did not run: grading was stopped by the submission's time limit "
                    "or repeated crashes")]
+    assert [o.cause for o in outcomes] == ["passed", "timed_out", "not_run_time_limit"]
     assert warnings == ["grading stopped at the submission's time limit"]
 
 
