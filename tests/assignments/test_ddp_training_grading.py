@@ -105,6 +105,8 @@ def test_doing_nothing_scores_zero(graded, name: str) -> None:
                                           if t.part == "coding" and t.score > 0]
     if name == "blank":
         assert report.score == 0
+        ran = [t for t in report.tests if t.part == "coding" and t.status != "excluded"]
+        assert {t.cause for t in ran} == {"not_implemented"}, [(t.name, t.cause) for t in ran]
 
 
 def test_partial_scores_in_between(graded) -> None:

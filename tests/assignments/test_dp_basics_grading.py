@@ -221,6 +221,7 @@ def test_blank_template_scores_zero_and_says_what_is_missing(graded: Graded) -> 
     assert ran and all(t.status == "failed" for t in ran)
     vague = [t for t in ran if not says_not_implemented(t)]
     assert not vague, failures(vague)
+    assert {t.cause for t in ran} == {"not_implemented"}, failures(ran)
 
 
 def test_partial_example_lies_strictly_between_blank_and_reference(graded: Graded) -> None:
