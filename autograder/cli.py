@@ -454,6 +454,9 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
     click.echo(summary.line())
     if not summary.nothing_to_grade:
         click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")
+    if summary.similar:
+        click.echo(f"similar code: {summary.similar} pair(s) listed in the overview "
+                   f"({out / 'index.html'}#similarity)")
     if summary.failed:
         sys.exit(1)
 
@@ -484,6 +487,79 @@ def history(who: str, out: Path, since_run: int | None) -> None:
                              f"{run.status}{detail}{why}"))
             for name, before, now in run.tests:
                 click.echo(inert(f"      {name}: {before} -> {now}"))
+        for adjustment in entry.adjustments:
+            click.echo(inert(f"  {adjustment.sid}: {adjustment.describe()}"))
+
+
+OUT_OPTION = click.option("--out", "-o", required=True,
+                          type=click.Path(file_okay=False, path_type=Path),
+                          help="The folder a batch wrote (its gradebook.sqlite).")
+REASON_OPTION = click.option("--reason", required=True,
+                             help="Why (a regrade request, a medical note): kept with it.")
+BY_OPTION = click.option("--by", metavar="WHO",
+                         help="Who decided (default: this machine's user name).")
+
+
+def _adjusted(done: Any) -> None:
+    click.echo(inert(f"{done.adjustment.sid}: {done.adjustment.describe()}"))
+    for note in done.notes:
+        click.echo(f"note: {inert(note)}")
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("sid", metavar="SID")
+@ASSIGNMENT_OPTION
+@OUT_OPTION
+@click.option("--score", type=float, help="The score every export gives the student.")
+@click.option("--clear", is_flag=True, help="Back to the graded score.")
+@REASON_OPTION
+@BY_OPTION
+@project_options
+def override(sid: str, assignment: str | None, out: Path, score: float | None, clear: bool,
+             reason: str, by: str | None, project: ProjectChoice) -> None:
+    """Override student SID's score in every export (grades.csv, gradescope_scores.csv, the
+    overview), kept in the gradebook with who, when and why; the exports are written again."""
+    from autograder.batch.adjustments import override as record_override
+
+    _adjusted(record_override(out, _assignment(assignment), sid, reason, score=score,
+                              clear=clear, by=by, config_path=project.config))
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("sid", metavar="SID")
+@ASSIGNMENT_OPTION
+@OUT_OPTION
+@click.option("--until", metavar="DATE",
+              help="The student's due date, ISO 8601 with a time zone "
+                   "(2026-12-18T23:59:00-05:00).")
+@click.option("--clear", is_flag=True, help="Back to the assignment's due date.")
+@REASON_OPTION
+@BY_OPTION
+@project_options
+def extend(sid: str, assignment: str | None, out: Path, until: str | None, clear: bool,
+           reason: str, by: str | None, project: ProjectChoice) -> None:
+    """Extend student SID's due date for the late policy, kept in the gradebook with who, when
+    and why; the next `autograder batch` regrades their submission with it."""
+    from autograder.batch.adjustments import extend as record_extension
+
+    _adjusted(record_extension(out, _assignment(assignment), sid, reason, until=until,
+                               clear=clear, by=by, config_path=project.config))
+
+
+@main.command("release-feedback", epilog=EXIT_CODES)
+@OUT_OPTION
+@click.option("--to", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write one folder per student (default: OUT/feedback).")
+def release_feedback(out: Path, to: Path | None) -> None:
+    """Write what students may see, and nothing else, one folder per student: their report
+    files (results.json, report.json, report.md, report.html). No statuses, flags, similarity,
+    overrides or staff files."""
+    from autograder.batch.feedback import release_feedback as release
+
+    done = release(out, to)
+    for note in done.notes:
+        click.echo(f"note: {inert(note)}")
+    click.echo(f"{done.to}: feedback for {len(done.students)} student(s), one folder each")
 
 
 @main.command("new", epilog=EXIT_CODES)

@@ -1,8 +1,9 @@
 """Grade a whole class: `batch(submissions, assignment, out)`, the API behind `autograder batch`.
 
-submissions (export or folders) -> roster -> plan (skip what the gradebook already has) ->
-backend (local warm workers or Ray) -> per outcome: report folder + gradebook run -> grades.csv,
-gradescope_scores.csv and index.html from the gradebook.
+submissions (export or folders) -> roster -> plan (skip what the gradebook already has; each
+student's extension moves their due date) -> backend (local warm workers or Ray) -> per outcome:
+report folder + gradebook run -> the similarity check -> grades.csv, gradescope_scores.csv and
+index.html from the gradebook (overrides applied).
 
 This process is trusted: it never imports student code, and the only thing it receives from a
 worker is a JSON outcome. It alone writes the gradebook and the output folder.
@@ -11,12 +12,13 @@ worker is a JSON outcome. It alone writes the gradebook and the output folder.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -26,6 +28,7 @@ from autograder.batch.gradebook import Gradebook
 from autograder.batch.gradesheet import write_grades_csv, write_gradescope_scores_csv
 from autograder.batch.overview import write_overview
 from autograder.batch.records import (
+    Adjustment,
     ClassSubmission,
     GradeOutcome,
     GradeTask,
@@ -33,9 +36,11 @@ from autograder.batch.records import (
     report_folder,
 )
 from autograder.batch.roster import discover
+from autograder.batch.similarity import Similarity, check_similarity
 from autograder.grading.late import late_status
 from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.late_policy import parse_timestamp
 from autograder.project.paths import GRADING_CONFIG
 from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
@@ -64,6 +69,7 @@ class BatchSummary:
     flagged: int = 0  # of those graded in this run, flagged (see submission_status)
     statuses: dict[str, int] = field(default_factory=dict)  # this run's gradings, by status
     failed_in_part: int = 0  # of `failed`, those with a report (some checks not run)
+    similar: int | None = None  # pairs the similarity check listed; None: it is turned off
 
     @property
     def nothing_to_grade(self) -> bool:
@@ -109,14 +115,15 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
         detect()  # before anyone is graded: not N grader errors for one set-up problem
     spec = load_assignment(assignment, config_path)
     out.mkdir(parents=True, exist_ok=True)
-    with _exclusive(out):
+    with exclusive(out):
         return _batch(submissions, spec, out, jobs, backend, address, force, only, config_path,
                       progress, started, detail)
 
 
 @contextmanager
-def _exclusive(out: Path) -> Iterator[None]:
-    """One batch per output folder: a second one would re-extract the export under the first."""
+def exclusive(out: Path) -> Iterator[None]:
+    """One batch per output folder: a second one would re-extract the export under the first
+    (and an override must not rewrite the class outputs while a batch writes them)."""
     with open(out / ".lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -137,8 +144,9 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
     with Gradebook(out / "gradebook.sqlite") as book:
         plan, skipped = [], 0
         gpu_now = backend == "local" and gpu_device_present()
+        extensions = book.in_force("extension")
         for submission in chosen:
-            planned = _plan(submission, spec, out, config_path)
+            planned = _plan(submission, spec, out, config_path, extensions)
             if not (force or only) and _reports_in_place(submission, out) and book.is_current(
                     submission.key, planned.content_hash, *versions, planned.late, gpu_now):
                 skipped += 1
@@ -180,13 +188,32 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
             bar.close()
             if hasattr(outcomes, "close"):
                 outcomes.close()  # stops the workers (Ctrl-C included)
-        warnings += write_class_outputs(book, spec, out, [s.key for s in roster.submissions],
-                                        detail)
+        similar = _similarity(roster.submissions, spec, out, warnings)
+        keys = [s.key for s in roster.submissions]
+        # What the class outputs were made of, so that an override can make them again.
+        book.set_meta("class_outputs", json.dumps({"keys": keys, "detail": detail}))
+        warnings += write_class_outputs(book, spec, out, keys, detail, similar)
     shutil.rmtree(out / ".staging", ignore_errors=True)
     return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
                         round(time.monotonic() - started, 2), out, warnings,
                         left_out=len(roster.submissions) - len(chosen), flagged=flagged,
-                        statuses=statuses, failed_in_part=in_part)
+                        statuses=statuses, failed_in_part=in_part,
+                        similar=None if similar is None else len(similar.pairs) + similar.more)
+
+
+def _similarity(submissions: list[ClassSubmission], spec: Assignment, out: Path,
+                warnings: list[str]) -> Similarity | None:
+    """The class's similarity check; a failure of it is a note, never a batch without its
+    grades."""
+    try:
+        similar = check_similarity(submissions, spec, out)
+    except Exception as exc:  # noqa: BLE001 - the grades matter more than this staff aid
+        warnings.append(f"similarity: the check failed ({type(exc).__name__}: {exc}); no "
+                        "pairs are listed")
+        return None
+    if similar is not None:
+        warnings += [f"similarity: {note}" for note in similar.notes]
+    return similar
 
 
 def _show_current(bar: tqdm, waiting: list[str], jobs: int) -> None:
@@ -197,14 +224,15 @@ def _show_current(bar: tqdm, waiting: list[str], jobs: int) -> None:
 
 
 def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
-                        keys: list[str], detail: bool = False) -> list[str]:
+                        keys: list[str], detail: bool = False,
+                        similar: Similarity | None = None) -> list[str]:
     """grades.csv (with a column per hidden test when `detail`), gradescope_scores.csv and
-    index.html, from the latest run of each key; returns notes on students left out of the
-    Gradescope import."""
+    index.html (with the similarity check's pairs), from the latest run of each key and the
+    overrides in force; returns notes on students left out of the Gradescope import."""
     rows = book.latest(keys)
     write_grades_csv(rows, assignment, out / "grades.csv", detail=detail)
     notes = write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
-    write_overview(rows, assignment, out)
+    write_overview(rows, assignment, out, similar)
     return [f"gradescope_scores.csv: {note}" for note in notes]
 
 
@@ -228,9 +256,18 @@ def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[
     return chosen
 
 
-def _plan(submission: ClassSubmission, spec: Assignment, out: Path,
-          config_path: Path) -> _Planned:
-    late = late_status(submission.created_at, spec.config.due, spec.config.late)
+def _plan(submission: ClassSubmission, spec: Assignment, out: Path, config_path: Path,
+          extensions: dict[str, Adjustment]) -> _Planned:
+    # A group's submission is due when its latest-extended member's is (it is graded once);
+    # an extension never moves a due date earlier (grading.yml's may have moved since).
+    granted = [extensions[s.sid] for s in submission.submitters if s.sid in extensions]
+    until = max((parse_timestamp(e.until) for e in granted), default=None)
+    if until is not None and spec.config.due and until <= parse_timestamp(spec.config.due):
+        until = None
+    late = late_status(submission.created_at, until or spec.config.due, spec.config.late)
+    if until is not None and late is not None:
+        late = replace(late, message=f"Due date extended to {until.isoformat()}. "
+                                     f"{late.message}")
     staging = out / ".staging" / submission.key
     task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
                      assignment=spec.name, config_path=str(config_path.resolve()), late=late)
@@ -294,6 +331,7 @@ class SubmissionHistory:
     key: str
     students: list[str]  # "name (sid)"
     runs: list[RunChange]
+    adjustments: list[Adjustment] = field(default_factory=list)  # its students', oldest first
 
 
 def history(out: Path, who: str, since_run: int | None = None) -> list[SubmissionHistory]:
@@ -318,8 +356,9 @@ def history(out: Path, who: str, since_run: int | None = None) -> list[Submissio
                 before = run
             if since_run is not None:
                 changes = [c for c in changes if c.run_id >= since_run]
+            sids = [s.sid for s in submitters] or [key]
             found.append(SubmissionHistory(key, [f"{s.name} ({s.sid})" for s in submitters],
-                                           changes))
+                                           changes, book.adjustments(sids)))
     return found
 
 

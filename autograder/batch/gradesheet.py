@@ -6,17 +6,20 @@ per student: a group submission gives each member the group's scores.
 - `write_grades_csv`: what a TA sorts and filters in a spreadsheet: sid, name, email, the
   submission's status (see autograder.grading.submission_status: ok, blank, no_module,
   not_importable,
-  timed_out, crashed, grader_error, flagged), the totals (after and before the late penalty), the
+  timed_out, crashed, grader_error, flagged), the totals (`total`: the student's score override
+  when there is one, else after the late penalty; `raw_total` before it, as graded), the
   penalty and whole minutes late, each part, each function (coding points per function, in
   grading.yml's order), each question (in the question bank's order); with `detail`, each hidden
   test too (grouped by function, then in the suite's order; a test no submission ran, such as a
-  GPU test on graders without one, gets no column). Then the status's reason, the submission
-  and when it was graded. Points have at most 2 decimals; a blank cell is an item that did not
-  count or a submission the grader failed on.
+  GPU test on graders without one, gets no column). Then the status's reason, the submission,
+  when it was graded, and the override in force (its score, reason, who and when). Points
+  have at most 2 decimals; a blank cell is an item that did not count or a submission the
+  grader failed on.
 - `write_gradescope_scores_csv`: what Gradescope's "Import scores" (an assignment's uploaded
   scores) takes: a header row, students matched by `Email` (or `SID`), and the score in
-  `Total Score`, with the column names of Gradescope's own grade export. Grader failures are left
-  out (a blank is not a zero; the TA regrades them), and so is any student it cannot match.
+  `Total Score` (the override when there is one), with the column names of Gradescope's own
+  grade export. Grader failures without an override are left out (a blank is not a zero; the TA
+  regrades them), and so is any student it cannot match.
 
 Cells are text a spreadsheet may open: a text cell that would start a formula (`=`, `+`, `-`,
 `@`, a tab or a carriage return) gets a leading `'`, since names, folder names and reasons can
@@ -37,7 +40,7 @@ from autograder.project.inert import inert
 
 IDENTITY = ["sid", "name", "email"]
 TOTALS = ["status", "total", "raw_total", "max_score", "late_penalty_pct", "minutes_late"]
-TRAILER = ["reason", "submission", "graded_at"]
+TRAILER = ["reason", "submission", "graded_at", "override"]
 GRADESCOPE_COLUMNS = ["Name", "SID", "Email", "Total Score"]
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
@@ -137,19 +140,24 @@ def write_grades_csv(rows: list[GradedSubmission], assignment: Assignment, path:
     header = grades_header(rows, assignment, detail)
     lines = []
     for row, student in members(rows):
-        graded = row.report is not None and row.error is None
+        graded = row.graded
         late = row.late
         status = row.status
+        final = row.final_score(student.sid)
+        override = row.overrides.get(student.sid)
         lines.append(
             [safe_text(student.sid), safe_text(student.name), safe_text(student.email),
              status.status,
-             number(row.score) if graded else "", number(row.raw_score) if graded else "",
+             number(final) if final is not None else "",
+             number(row.raw_score) if graded else "",
              number(row.max_score) if graded else "",
              number(late.penalty * 100) if late else "0",
              number(late.minutes_late, 0) if late else "0"]
             + _item_cells(row.report if graded else None, assignment, functions, tests)
-            + [safe_text(status.detail), safe_text(row.submission.key), row.graded_at])
-    lines.sort(key=lambda line: (line[0], line[-2]))
+            + [safe_text(status.detail), safe_text(row.submission.key), row.graded_at,
+               safe_text(override.describe()) if override else ""])
+    submission = header.index("submission")
+    lines.sort(key=lambda line: (line[0], line[submission]))
     _write(path, header, lines)
     return len(lines)
 
@@ -162,7 +170,7 @@ def write_gradescope_scores_csv(rows: list[GradedSubmission], path: Path) -> lis
     chosen: dict[str, tuple[GradedSubmission, Submitter]] = {}
     for row, student in members(rows):
         who = student.email or student.sid
-        if row.report is None or row.error is not None:
+        if row.final_score(student.sid) is None:
             notes.append(f"{who or row.submission.key}: left out, the grader failed on "
                          f"{row.submission.key} ({row.error or 'no report'})")
             continue
@@ -179,8 +187,8 @@ def write_gradescope_scores_csv(rows: list[GradedSubmission], path: Path) -> lis
             if newer is other:
                 continue
         chosen[identity] = (row, student)
-    lines = [[safe_text(s.name), safe_text(s.sid), safe_text(s.email), number(r.score, 4)]
-             for r, s in chosen.values()]
+    lines = [[safe_text(s.name), safe_text(s.sid), safe_text(s.email),
+              number(r.final_score(s.sid), 4)] for r, s in chosen.values()]
     lines.sort(key=lambda line: (line[1], line[2]))
     _write(path, GRADESCOPE_COLUMNS, lines)
     return notes

@@ -106,6 +106,18 @@ def internal_names(assignment: Assignment) -> list[str]:
     return names
 
 
+def graded_module(submission: Path, assignment: Assignment, workdir: Path) -> Path | None:
+    """The module file that `grade` would run for `submission` (a zip extracted safely, a
+    notebook converted, under the empty folder `workdir`), or None when it has none. For
+    reading as text (the class's similarity check); nothing here imports it."""
+    try:
+        files = _submission_files(submission, workdir / "upload", assignment.config.module,
+                                  list(assignment.config.functions))
+    except Exception:  # noqa: BLE001 - as in _grade: an unreadable upload has no module
+        return None
+    return files.module if files.module_problem is None else None
+
+
 def _submission_files(submission: Path, unpack_to: Path, module: str,
                       functions: list[str] | None = None) -> SubmissionFiles:
     """Locate the files of a folder, or of a zip upload extracted safely; then choose between

@@ -203,6 +203,11 @@ def _part_views(report: Report, now: datetime | None = None) -> list[_PartView]:
     return views
 
 
+# The files write_outputs writes: every one of them is for the student (each follows the
+# visibility of its tests); autograder.batch.feedback releases exactly these.
+REPORT_FILES = ("results.json", "report.json", "report.md", "report.html")
+
+
 def write_outputs(report: Report, out: Path) -> Report:
     """Write the four files; JSON is validated first, and each file is replaced atomically.
 

@@ -44,7 +44,7 @@ def grades(graded, tmp_path_factory):
 FIRST = ["sid", "name", "email", "status", "total", "raw_total", "max_score",
          "late_penalty_pct", "minutes_late", "part:multiple_choice", "part:coding", "fn:add",
          "fn:divide", "fn:scale", "Q1 sum_shape", "Q2 float_types"]
-LAST = ["reason", "submission", "graded_at"]
+LAST = ["reason", "submission", "graded_at", "override"]
 
 
 def test_columns_follow_the_bank_and_the_suite(grades, graded, tmp_path):
