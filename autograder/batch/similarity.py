@@ -15,8 +15,9 @@ independent work does. For staff only: nothing of it reaches a student's files.
 3. a pair is listed when the share of either's own code found in the other reaches grading.yml's
    `similarity.threshold` and they share at least `min_overlap` tokenised characters.
 
-OUT/similarity/ holds `pairs.json` (the result, reused while no module, the template and the
-settings change) and one side-by-side page per listed pair, its matched regions marked; the
+OUT/similarity/ holds `pairs.json` (the result, reused as it is while no submission's files,
+the template, the grader and the settings change: a re-run with nothing to grade reads no
+module) and one side-by-side page per listed pair, its matched regions marked; the
 class overview lists the pairs and links to the pages. Student text reaches the pages only
 through Jinja's autoescape.
 """
@@ -32,6 +33,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autograder.batch.fingerprints import grader_version, tree_hash
 from autograder.batch.records import ClassSubmission
 from autograder.grading.grade import graded_module
 from autograder.project import templates
@@ -96,17 +98,16 @@ def check_similarity(submissions: list[ClassSubmission], assignment: Assignment,
     if not policy.enabled:
         _clear(folder, keep=set())
         return None
-    texts, notes = _sources(submissions, assignment)
     template = _template(assignment)
-    key = _key(policy, template, texts)
+    key = _key(policy, template, submissions)
     found = load_similarity(out)
     if found is not None and found.key == key:
-        found.notes = notes
-    else:
-        found = _compare_all(texts, template, policy)
-        found.notes = notes + found.notes
-        # A check that did not finish is tried again by the next batch.
-        found.key = key if found.finished else ""
+        return found  # its pages are in place
+    texts, notes = _sources(submissions, assignment)
+    found = _compare_all(texts, template, policy)
+    found.notes = notes + found.notes
+    # A check that did not finish is tried again by the next batch.
+    found.key = key if found.finished else ""
     _write(found, texts, submissions, folder)
     return found
 
@@ -165,12 +166,15 @@ def _template(assignment: Assignment) -> str:
         return ""
 
 
-def _key(policy: SimilarityPolicy, template: str, texts: dict[str, str]) -> str:
+def _key(policy: SimilarityPolicy, template: str, submissions: list[ClassSubmission]) -> str:
+    """Of everything the result depends on: the settings, the template, the grader (which
+    file of a submission is graded, a notebook's conversion) and each submission's files."""
     digest = hashlib.sha256(json.dumps(asdict(policy), sort_keys=True).encode())
+    digest.update(grader_version().encode())
     digest.update(template.encode("utf-8", "surrogatepass"))
-    for key in sorted(texts):
-        digest.update(f"\0{key}\0".encode("utf-8", "surrogatepass"))
-        digest.update(hashlib.sha256(texts[key].encode("utf-8", "surrogatepass")).digest())
+    for submission in sorted(submissions, key=lambda s: s.key):
+        digest.update(f"\0{submission.key}\0".encode("utf-8", "surrogatepass"))
+        digest.update(tree_hash(submission.path).encode())
     return digest.hexdigest()
 
 

@@ -169,7 +169,8 @@ def test_the_template_is_left_out(sources):
 def test_two_students_who_wrote_one_short_function_alike_are_no_pair(dp_basics, sources):
     # The same three-line unwrap_model in two otherwise blank templates: 100% of each one's
     # own code, but under min_overlap.
-    body = "    while isinstance(model, WRAPPERS):\n        model = model.module\n    return model\n"
+    body = ("    while isinstance(model, WRAPPERS):\n        model = model.module\n"
+            "    return model\n")
     stub = '    raise NotImplementedError("unwrap_model is not implemented yet")\n'
     one = sources["template"].replace(stub, body)
     other = one.replace("model = model.module", "model = model.module  # unwrap")
