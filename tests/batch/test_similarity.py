@@ -256,3 +256,17 @@ def test_the_side_by_side_page_shows_the_matched_code_and_hostile_text_as_text(
     assert "requested = " not in shown["marks"][copy] and " = list(device_ids)" in \
         shown["marks"][copy]  # the same line, renamed
     assert shown["back"] == "../index.html#similarity"
+
+
+def test_the_overview_lists_the_pairs_with_links_to_their_pages(course, browser):  # noqa: F811
+    # The toy course: Carol's code is Alice's with its variables renamed.
+    browser.open((course.out / "index.html").as_uri())
+    shown = browser.js("""
+        const rows = [...document.querySelectorAll('#similarity-table tbody tr')];
+        return rows.map((tr) => ({cells: [...tr.cells].map((td) => td.innerText),
+                                  href: tr.querySelector('a').getAttribute('href')}));""")
+    (alice_carol,) = [r for r in shown if "Alice Martin" in r["cells"][0]
+                      and "Carol Diaz" in r["cells"][2]]
+    assert alice_carol["cells"][1] == alice_carol["cells"][3] == "100%"
+    for row in shown:
+        assert row["href"].startswith("similarity/") and (course.out / row["href"]).is_file()
