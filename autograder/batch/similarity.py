@@ -183,9 +183,11 @@ def _key(policy: SimilarityPolicy, template: str, submissions: list[ClassSubmiss
 
 def _compare_all(texts: dict[str, str], template: str, policy: SimilarityPolicy) -> Similarity:
     count = len(texts)
-    # Fingerprinting costs about 0.15 s per module on a loaded 2-core machine, a comparison
-    # under a millisecond: generous limits for a class of hundreds.
-    limits = Limits(memory_bytes=2 << 30, cpu_seconds=120 + count, timeout_s=180.0 + count)
+    # Measured on the loaded 2-core VM: fingerprinting about 0.07 s per module, a comparison
+    # of two that share fingerprints 1 to 4 ms (a class of 200 where 150 are copies of two
+    # solutions: 172 s in all). Generous limits that grow with the pairs.
+    seconds = 120 + count + count * count // 500
+    limits = Limits(memory_bytes=2 << 30, cpu_seconds=seconds, timeout_s=float(seconds + 60))
     try:
         reply = run_limited(compare, texts, template, asdict(policy), limits=limits)
     except ChildFailed as exc:
