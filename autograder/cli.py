@@ -428,15 +428,21 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
 @click.option("--force", is_flag=True, help="Regrade every submission, changed or not.")
 @click.option("--only", multiple=True, metavar="SID",
               help="Regrade only this student (sid or submission key); repeatable.")
-@click.option("--detail", is_flag=True, help="grades.csv: also a column per hidden test.")
+@click.option("--detail", is_flag=True,
+              help="grades.csv and grades.xlsx: also a column per hidden test.")
+@click.option("--canvas-id", metavar="ID",
+              help="The Canvas assignment canvas_grades.csv fills in: the number at the end of "
+                   "its address (.../assignments/ID). Default: the column is the assignment's "
+                   "title, which Canvas matches exactly or makes a new assignment of.")
 @UNSAFE_OPTION
 @project_options
 def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backend: str,
           address: str | None, force: bool, only: tuple[str, ...], detail: bool,
-          unsafe: bool, project: ProjectChoice) -> None:
+          canvas_id: str | None, unsafe: bool, project: ProjectChoice) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes.
     Refused at once (exit 2) when student code cannot be isolated on this machine."""
+    from autograder.batch.driver import BatchInterrupted
     from autograder.batch.driver import batch as run_batch
 
     _unsafe_opt_in(unsafe)
@@ -444,18 +450,29 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
     try:
         summary = run_batch(submissions, _assignment(assignment), out, jobs=jobs,
                             backend=backend, address=address, force=force, only=list(only),
-                            config_path=project.config, detail=detail)
-    except KeyboardInterrupt:
-        click.echo("stopped: every finished submission is in the gradebook; run the same "
-                   "command again to grade the rest", err=True)
+                            config_path=project.config, detail=detail, canvas_id=canvas_id)
+    except BatchInterrupted as stop:
+        _batch_said(stop.summary, out)
         sys.exit(130)
-    for warning in summary.warnings:  # roster notes name the export's folders
-        click.echo(f"note: {inert(warning)}")
-    click.echo(summary.line())
-    if not summary.nothing_to_grade:
-        click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")
+    except KeyboardInterrupt:  # before grading began: nothing was graded
+        click.echo("stopped before any submission was graded: run the same command again",
+                   err=True)
+        sys.exit(130)
+    _batch_said(summary, out)
     if summary.failed:
         sys.exit(1)
+
+
+def _batch_said(summary: Any, out: Path) -> None:
+    for warning in summary.warnings:  # roster notes name the export's folders
+        click.echo(f"note: {inert(warning)}")
+    if not summary.nothing_to_grade:  # a re-run with nothing to do says one line
+        for note in summary.export_notes:
+            click.echo(f"note: {inert(note)}")
+    click.echo(summary.line(), err=bool(summary.not_finished))
+    if not summary.nothing_to_grade or summary.not_finished:
+        click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'} "
+                   f"(and grades.xlsx); Canvas import: {out / 'canvas_grades.csv'}")
 
 
 @main.command(epilog=EXIT_CODES)
