@@ -367,14 +367,19 @@ def verify_key(positional: str | None, assignment: str | None, project: ProjectC
 @main.command(epilog=EXIT_CODES)
 @click.argument("folder", default=".", type=click.Path(exists=True, file_okay=False,
                                                       path_type=Path))
-@click.option("--module", help="The module to check (default: found from grading.yml).")
+@click.option("--assignment", "-a", "assignment",
+              help="The assignment the folder is for (default: the one whose module it holds).")
+@click.option("--module", help="The module to check (default: the assignment's, else found "
+                               "from grading.yml).")
 @click.option("--no-tests", is_flag=True, help="Check the files only; do not run the tests.")
 @project_options
-def check(folder: Path, module: str | None, no_tests: bool, project: ProjectChoice) -> None:
+def check(folder: Path, assignment: str | None, module: str | None, no_tests: bool,
+          project: ProjectChoice) -> None:
     """Check a student's FOLDER as check.py does: answers' form (no key), public tests."""
     from autograder.release.build import Project, check_student_folder
 
-    sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests))
+    sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests,
+                                  assignment=assignment))
 
 
 @main.command(epilog=EXIT_CODES)
@@ -504,16 +509,23 @@ def history(who: str, out: Path, since_run: int | None) -> None:
 
 
 @main.command("new", epilog=EXIT_CODES)
-@click.argument("name")
+@click.argument("positional", metavar="[NAME]", required=False)
+@click.option("--assignment", "-a", "assignment", help="The new assignment's name.")
 @click.option("--from", "source", metavar="ASSIGNMENT",
               help="Copy grading.yml settings (timeouts, limits, GPU policy, late policy, "
                    "visibility) from this assignment.")
 @click.option("--title", help="The assignment's title (default: from NAME).")
 @project_options
-def new(name: str, source: str | None, title: str | None, project: ProjectChoice) -> None:
+def new(positional: str | None, assignment: str | None, source: str | None,
+        title: str | None, project: ProjectChoice) -> None:
     """Write a complete minimal assignment NAME (solution, one question, probes, public and
     hidden tests) and add it to grading.yml; see docs/AUTHORING.md."""
     from autograder.release.scaffold import ScaffoldError, new_assignment
+
+    if positional and assignment and positional != assignment:
+        raise click.UsageError(f"two names for the new assignment: {positional!r} and "
+                               f"-a {assignment!r}")
+    name = _assignment(assignment, positional)
 
     try:
         written = new_assignment(name, project.config, source, title)
