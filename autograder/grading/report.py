@@ -17,6 +17,7 @@ from autograder.grading.results import Report, TestResult
 from autograder.project import templates
 from autograder.project.inert import clip
 from autograder.project.schemas import validate
+from autograder.questions.answers import NOT_ANSWERED
 
 # Each written file (results.json, report.json, report.md, report.html), whatever the
 # submission printed or provoked: past it, printed output and then messages are cut to fit.
@@ -157,6 +158,21 @@ class _PartView:
     pending: list[TestResult] = field(default_factory=list)  # 0 until a regrade on a GPU
     after_due: int = 0  # of `withheld`: shown after the due date
     functions: list[_FunctionRow] = field(default_factory=list)
+    # Questions left out, listed on one line rather than one box each (out of `failed`).
+    unanswered: list[TestResult] = field(default_factory=list)
+
+    @property
+    def unanswered_line(self) -> str:
+        """'Not answered (3 questions, 4.5 points): q03, q07, q11'."""
+        ids = ", ".join(t.item for t in self.unanswered)
+        worth = points(sum(t.max_score for t in self.unanswered))
+        count = len(self.unanswered)
+        return (f"Not answered ({count} question{'s' * (count != 1)}, {worth} "
+                f"point{'s' * (worth != '1')}): {ids}")
+
+
+def _unanswered(t: TestResult) -> bool:
+    return t.part == "multiple_choice" and t.status == "failed" and t.message == NOT_ANSWERED
 
 
 def _shown_now(visibility: str, due_passed: bool) -> bool:
@@ -192,6 +208,8 @@ def _part_views(report: Report, now: datetime | None = None) -> list[_PartView]:
         if len(failed) == len(tests) > 3 and len(messages) == 1 and not any(t.feedback
                                                                         for t in failed):
             view.common, view.failed = f"All {len(failed)}: {messages.pop()}", []
+        view.unanswered = [t for t in view.failed if _unanswered(t)]
+        view.failed = [t for t in view.failed if not _unanswered(t)]
         for f in report.functions:
             if f.part != part.name:
                 continue

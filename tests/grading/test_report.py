@@ -136,3 +136,25 @@ def test_excerpt_for_hidden_tests_cuts_at_a_word() -> None:
 
     assert excerpt('Unexpected key(s): "bias", "weight", "subbias", "subweight"', 40) == \
         'Unexpected key(s): "bias", "weight"\u2026'
+
+
+def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
+    """Eleven unanswered questions were eleven boxes that pushed the coding part below the
+    fold; now one line lists them, and a wrong answer keeps its own box."""
+    report = report_of({})
+    for t in report.tests:
+        if t.part == "multiple_choice":
+            t.visibility = "visible"  # answer problems show at once
+            if int(t.item[1:]) % 2:
+                t.status, t.score, t.message = "failed", 0.0, "not answered"
+    view = _part_views(report)[0]
+    odd = [f"q{i:02}" for i in range(1, 21, 2)]
+    assert [t.item for t in view.unanswered] == odd
+    assert [t.item for t in view.failed] == ["q06", "q12", "q18"]  # wrong, not left out
+    assert view.unanswered_line == f"Not answered (10 questions, 15 points): {', '.join(odd)}"
+    write_outputs(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert md.count("not answered") == 0 and md.count("Not answered (10 questions") == 1
+    assert "q01, q03, q05" in html and html.count('class="test"') == 3
+    assert "Everything" not in md.split("## Coding")[0]
