@@ -7,6 +7,7 @@ This is the trusted parent: it never imports torch, student code or the hidden t
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
 from autograder.project.paths import GRADING_CONFIG
 from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
+from autograder.sandbox_runtime import cells
 from autograder.student_files import check as student_check
 
 
@@ -152,6 +154,8 @@ def _choose(files: SubmissionFiles, folder: Path, module: str,
     # surrogatepass: a lone surrogate from the notebook's JSON becomes bytes that the import
     # in the sandbox reports, rather than an error here.
     files.module.write_bytes(extracted.source.encode("utf-8", "surrogatepass"))
+    # Beside the module into the sandbox, so that errors name the notebook's cells.
+    (folder / cells.map_name(module)).write_text(json.dumps(extracted.cells))
     files.warnings += extracted.warnings
     return graded
 
