@@ -459,9 +459,9 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
     except BatchInterrupted as stop:
         _batch_said(stop.summary, out)
         sys.exit(130)
-    except KeyboardInterrupt:  # before grading began: nothing was graded
-        click.echo("stopped before any submission was graded: run the same command again",
-                   err=True)
+    except KeyboardInterrupt:  # before grading began, or again while the outputs were written
+        click.echo("stopped: every finished submission is in the gradebook; run the same "
+                   "command again to grade the rest", err=True)
         sys.exit(130)
     _batch_said(summary, out)
     if summary.failed:
