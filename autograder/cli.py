@@ -14,12 +14,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autograder.project import paths
 from autograder.project.inert import inert
+
+if TYPE_CHECKING:
+    from autograder.grading.late import SubmissionDates
 
 EXIT_CODES = """\b
 Exit status:
@@ -159,11 +162,24 @@ def main(root: Path | None, config_path: Path | None) -> None:
               help="Folder for results.json and the reports.")
 @click.option("--require-gpu", is_flag=True,
               help="Fail (exit 2) unless torch sees a CUDA device, instead of applying gpu_policy.")
+@click.option("--metadata", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Gradescope's submission_metadata.json: the submission time (the late policy "
+                   "counts from it), the student's own due date (an extension) and Gradescope's "
+                   "due dates (after_due_date results are not shown before them).")
+@click.option("--submitted-at", metavar="TIME",
+              help="When it was submitted (ISO 8601 with a time zone): apply the late policy "
+                   "as a batch would (overrides --metadata's time).")
+@click.option("--staff-out", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the staff's full copy of the four files (OUT holds what the "
+                   "student may see: nothing of a result before its visibility allows).")
 @UNSAFE_OPTION
 @project_options
 def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool,
+          metadata: Path | None, submitted_at: str | None, staff_out: Path | None,
           unsafe: bool, project: ProjectChoice) -> None:
-    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html.
+    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html,
+    as the student may see them when graded (results shown after the due date are withheld
+    before it, and counted in no total).
 
     Refused (exit 2, nothing written) when student code cannot be isolated here or its sandbox
     cannot start: the error says what failed and how to fix it."""
@@ -171,6 +187,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
 
     assignment = _assignment(assignment)
     _unsafe_opt_in(unsafe)
+    dates = _submission_dates(assignment, project, metadata, submitted_at)
 
     if require_gpu:
         count, problem = _cuda_device_count()
@@ -179,7 +196,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
                        f"({problem or 'torch.cuda.device_count() == 0'}); grade on a GPU machine, "
                        "or leave out --require-gpu to apply grading.yml's gpu_policy", err=True)
             sys.exit(2)
-    report = grade_submission(submission, assignment, out, project.config)
+    report = grade_submission(submission, assignment, out, project.config, dates, staff_out)
     from autograder.grading.report import points
 
     if report.graded_file:
@@ -193,6 +210,38 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
     click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
                + "; ".join(report.environment.get("protections", [])))
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
+    release = report.release or {}
+    if release.get("withheld"):
+        click.echo(f"withheld from the student's files: {release['withheld']} result(s) worth "
+                   f"{points(release['withheld_points'])} points (the totals above count them; "
+                   f"shown from {release['results_shown_at'] or 'a due date, once one is set'})")
+
+
+def _submission_dates(assignment: str, project: ProjectChoice, metadata: Path | None,
+                      submitted_at: str | None) -> SubmissionDates | None:
+    """`grade`'s SubmissionDates from --metadata and --submitted-at (None: neither given)."""
+    from dataclasses import replace
+
+    from autograder.grading.late import SubmissionDates
+    from autograder.project.config import assignment_config
+    from autograder.project.late_policy import parse_timestamp
+
+    if metadata is None and submitted_at is None:
+        return None
+    dates = SubmissionDates()
+    if metadata is not None:
+        from autograder.gradescope.metadata import submission_dates
+
+        due = assignment_config(assignment, project.config).due
+        dates, notes = submission_dates(metadata, due)
+        for note in notes:  # the grader's terminal (on Gradescope: stdout, for staff)
+            click.echo(f"note (staff): {inert(note)}", err=True)
+    if submitted_at is not None:
+        try:
+            dates = replace(dates, created_at=parse_timestamp(submitted_at))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--submitted-at") from None
+    return dates
 
 
 @main.command(epilog=EXIT_CODES)

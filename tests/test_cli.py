@@ -71,6 +71,19 @@ def test_grade_prints_scores_and_where_the_reports_are(tmp_path):
     assert (out / "results.json").exists() and (out / "report.html").exists()
 
 
+@pytest.mark.parametrize("option, value, said", [
+    ("--submitted-at", "yesterday", "'yesterday' is not a date and time"),
+    ("--submitted-at", "2026-12-15T10:00:00", "has no time zone"),
+])
+def test_grade_refuses_a_submission_time_it_cannot_read_before_grading(tmp_path, option, value,
+                                                                       said):
+    out = tmp_path / "out"
+    result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
+                 str(out), "--config", str(TOY / "grading.yml"), option, value)
+    assert result.returncode == 2 and option in result.stderr and said in result.stderr
+    assert not out.exists()
+
+
 def test_grade_with_an_unknown_assignment_fails_clearly(tmp_path):
     result = run("grade", str(tmp_path), "--assignment", "nope", "--out", str(tmp_path / "o"))
     assert result.returncode == 2 and "has no assignment 'nope'" in result.stderr

@@ -40,7 +40,7 @@ from autograder.batch.records import (
     report_folder,
 )
 from autograder.batch.roster import discover
-from autograder.grading.late import late_status
+from autograder.grading.late import SubmissionDates, late_entry
 from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
@@ -309,10 +309,13 @@ def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[
 
 def _plan(submission: ClassSubmission, spec: Assignment, out: Path,
           config_path: Path) -> _Planned:
-    late = late_status(submission.created_at, spec.config.due, spec.config.late)
+    # The same late entry as grading computes from the same dates (and as a Gradescope run
+    # of this submission does): kept for the gradebook's record and currency check.
+    dates = SubmissionDates(created_at=submission.created_at)
+    late = late_entry(spec.config, dates)
     staging = out / ".staging" / submission.key
     task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
-                     assignment=spec.name, config_path=str(config_path.resolve()), late=late)
+                     assignment=spec.name, config_path=str(config_path.resolve()), dates=dates)
     return _Planned(submission, tree_hash(submission.path), late, task)
 
 
