@@ -5,12 +5,12 @@ due date for the late policy). The API behind `autograder override` and `autogra
 Each is recorded with who, when and why (`Gradebook.adjust`), never overwritten: a later one
 replaces it, clearing is one more, and `autograder history` lists them all.
 
-- An override is applied at once: grades.csv, gradescope_scores.csv and index.html are written
-  again from the gradebook (as the last batch made them, its roster and --detail), with the
-  override in force; a regrade does not undo it.
+- An override is applied at once: grades.csv, grades.xlsx, canvas_grades.csv and index.html are
+  written again from the gradebook (as the last batch made them: its roster, --detail and
+  --canvas-id), with the override in force; a regrade does not undo it.
 - An extension is applied by grading: the next `autograder batch` regrades that student's
-  submission with the late policy (autograder.grading.late) measured against the extended due
-  date, as the late status is part of what makes a run current.
+  submission with the late policy (autograder.grading.late, the extension as
+  `SubmissionDates.extended_due`), as the late status is part of what makes a run current.
 """
 
 from __future__ import annotations
@@ -136,6 +136,6 @@ def _refresh(book: Gradebook, spec: Assignment, out: Path) -> list[str]:
         return ["no class outputs to write yet: the next `autograder batch` applies it"]
     made = json.loads(made)
     notes = write_class_outputs(book, spec, out, made["keys"], made["detail"],
-                                load_similarity(out))
-    return [*notes, f"written again: {out / 'grades.csv'}, {out / 'gradescope_scores.csv'}, "
-                    f"{out / 'index.html'}"]
+                                made.get("canvas_id"), load_similarity(out))
+    return [*notes, f"written again: {out / 'grades.csv'} (and grades.xlsx), "
+                    f"{out / 'canvas_grades.csv'}, {out / 'index.html'}"]

@@ -28,6 +28,7 @@ from autograder.batch.records import (
     Submitter,
 )
 from autograder.grading.submission_status import SubmissionStatus, derive
+from autograder.grading.visibility import release_due
 from autograder.project.inert import clip, inert
 
 # One run's stored report: a report is a few hundred KiB at most (report.MAX_FILE_BYTES); one
@@ -151,14 +152,18 @@ class Gradebook:
         """True when the latest run of `key` graded these files, with this grader and
         assignment, under this late status, and the grader did not fail on it, in whole or in
         part (a check it could not run): a re-run can skip it. With `gpu_now`, a run whose GPU
-        tests are pending (gpu_policy: pending) is not current."""
+        tests are pending (gpu_policy: pending) is not current; nor is one that withheld
+        `after_due_date` results from its students that a grading now would show (as
+        Gradescope's "Regrade all submissions" after the due date)."""
         row = self.db.execute(
-            "SELECT content_hash, grader_version, assignment_version, late, error, id, status "
-            "FROM runs WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+            "SELECT content_hash, grader_version, assignment_version, late, error, id, status, "
+            "report FROM runs WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
         if row is None or row[4] is not None or tuple(row[:4]) != (
                 content_hash, grader_version, assignment_version, _late_json(late)):
             return False
         if SubmissionStatus.from_json(json.loads(row[6]) if row[6] else None).grader_failed:
+            return False
+        if release_due(json.loads(row[7]) if row[7] else None):
             return False
         return not (gpu_now and self.db.execute(
             "SELECT 1 FROM outcomes WHERE run_id=? AND status='pending' LIMIT 1",

@@ -140,7 +140,9 @@ class Line:
     row: GradedSubmission
     students: list[tuple[str, str]]  # (name, sid)
     graded: bool
-    link: str | None  # reports/<sid>/report.html, relative, when that file exists
+    # Each student's reports/<sid>/report.html, relative, when that file exists (the batch
+    # writes one folder per group member), in the order of `students`.
+    links: list[str | None]
     status: SubmissionStatus
     functions: dict[str, tuple[float, float]] = field(default_factory=dict)  # (score, max)
     questions: tuple[float, float] = (0.0, 0.0)
@@ -155,6 +157,17 @@ class Line:
     @property
     def key(self) -> str:
         return self.row.submission.key
+
+    @property
+    def link(self) -> str | None:
+        """The first report of the submission (where one link stands for all its students)."""
+        return next((link for link in self.links if link), None)
+
+    @property
+    def members(self) -> list[tuple[str, str, str | None]]:
+        """(name, sid, report link) of each student."""
+        return [(name, sid, link) for (name, sid), link in zip(self.students, self.links,
+                                                               strict=True)]
 
     @property
     def label(self) -> str:
@@ -243,10 +256,11 @@ def _is_graded(row: GradedSubmission) -> bool:
 
 
 def _line(row: GradedSubmission, out: Path, functions: list[str]) -> Line:
-    students = [(inert(s.name, True), inert(s.sid, True)) for s in row.submission.submitters] \
+    submitters = row.submission.submitters
+    students = [(inert(s.name, True), inert(s.sid, True)) for s in submitters] \
         or [("", inert(row.submission.key, True))]
-    line = Line(row, students, _is_graded(row), report_link(out, row.submission.sid),
-                row.status)
+    links = [report_link(out, s.sid) for s in submitters] or [report_link(out, row.submission.key)]
+    line = Line(row, students, _is_graded(row), links, row.status)
     if not line.graded:
         return line
     scores = {name: [0.0, 0.0] for name in functions}

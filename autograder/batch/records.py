@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autograder.grading.late import LateStatus
+from autograder.grading.late import LateStatus, SubmissionDates
 
 
 def report_folder(sid: str) -> str:
@@ -57,15 +57,17 @@ class GradeTask:
     out: str  # the folder the worker writes results.json and the reports to
     assignment: str
     config_path: str
-    late: LateStatus | None = None
+    # The submission's dates: grading derives its late entry from them (late_entry), as
+    # every path that grades does.
+    dates: SubmissionDates | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "dates": self.dates.to_json() if self.dates else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GradeTask:
-        late = data.get("late")
-        return cls(**{**data, "late": LateStatus(**late) if late else None})
+        dates = data.get("dates")
+        return cls(**{**data, "dates": SubmissionDates.from_json(dates) if dates else None})
 
 
 @dataclass
