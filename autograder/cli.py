@@ -619,15 +619,17 @@ def extend(sid: str, assignment: str | None, out: Path, until: str | None, clear
 
 @main.command("release-feedback", epilog=EXIT_CODES)
 @OUT_OPTION
+@click.option("--assignment", "-a", "assignment",
+              help="Check that OUT graded this assignment (its gradebook knows which).")
 @click.option("--to", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write one folder per student (default: OUT/feedback).")
-def release_feedback(out: Path, to: Path | None) -> None:
+def release_feedback(out: Path, assignment: str | None, to: Path | None) -> None:
     """Write what students may see, and nothing else, one folder per student: their report
     files (results.json, report.json, report.md, report.html). No statuses, flags, similarity,
     overrides or staff files."""
     from autograder.batch.feedback import release_feedback as release
 
-    done = release(out, to)
+    done = release(out, to, assignment)
     for note in done.notes:
         click.echo(f"note: {inert(note)}")
     click.echo(f"{done.to}: feedback for {len(done.students)} student(s), one folder each")

@@ -41,13 +41,21 @@ class Released:
     notes: list[str] = field(default_factory=list)  # who got nothing, and why
 
 
-def release_feedback(out: Path, to: Path | None = None) -> Released:
+def release_feedback(out: Path, to: Path | None = None,
+                     assignment: str | None = None) -> Released:
     """Copy every student's report files from OUT/reports/ into TO/<sid>/ (default:
     OUT/feedback); returns who got a folder and notes on who did not. Raises BatchError
-    without a gradebook, or when TO is a folder that a release did not make."""
+    without a gradebook, when OUT's gradebook is not of `assignment` (when given), or when TO
+    is a folder that a release did not make."""
     to = (to or out / "feedback").resolve()
     if not (out / "gradebook.sqlite").is_file():
         raise BatchError(f"no gradebook in {out}: run `autograder batch ... --out {out}` first")
+    if assignment is not None:
+        with Gradebook(out / "gradebook.sqlite") as book:
+            graded = book.assignments()
+        if assignment not in graded:
+            raise BatchError(f"{out / 'gradebook.sqlite'} holds "
+                             f"{', '.join(sorted(graded)) or 'no run'}, not {assignment}")
     reports = (out / "reports").resolve()
     if to == out.resolve() or to == reports or reports in to.parents or to in reports.parents:
         raise BatchError(f"{to}: release into a folder of its own, not OUT or its reports")

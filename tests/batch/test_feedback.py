@@ -93,10 +93,12 @@ def test_a_release_replaces_the_last_one_and_never_a_folder_it_did_not_make(staf
         release_feedback(staffed, staffed / "reports" / "feedback")
     with pytest.raises(BatchError, match="no gradebook"):
         release_feedback(tmp_path / "nothing", to)
+    with pytest.raises(BatchError, match="holds toy, not dp_basics"):
+        release_feedback(staffed, to, "dp_basics")
 
 
 def test_release_feedback_command(staffed):
-    done = subprocess.run([str(AUTOGRADER), "release-feedback", "-o", str(staffed)],
+    done = subprocess.run([str(AUTOGRADER), "release-feedback", "-o", str(staffed), "-a", "toy"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"{staffed / 'feedback'}: feedback for 5 student(s), one folder each" in done.stdout
