@@ -14,12 +14,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autograder.project import paths
 from autograder.project.inert import inert
+
+if TYPE_CHECKING:
+    from autograder.grading.late import SubmissionDates
 
 EXIT_CODES = """\b
 Exit status:
@@ -159,11 +162,24 @@ def main(root: Path | None, config_path: Path | None) -> None:
               help="Folder for results.json and the reports.")
 @click.option("--require-gpu", is_flag=True,
               help="Fail (exit 2) unless torch sees a CUDA device, instead of applying gpu_policy.")
+@click.option("--metadata", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Gradescope's submission_metadata.json: the submission time (the late policy "
+                   "counts from it), the student's own due date (an extension) and Gradescope's "
+                   "due dates (after_due_date results are not shown before them).")
+@click.option("--submitted-at", metavar="TIME",
+              help="When it was submitted (ISO 8601 with a time zone): apply the late policy "
+                   "as a batch would (overrides --metadata's time).")
+@click.option("--staff-out", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the staff's full copy of the four files (OUT holds what the "
+                   "student may see: nothing of a result before its visibility allows).")
 @UNSAFE_OPTION
 @project_options
 def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool,
+          metadata: Path | None, submitted_at: str | None, staff_out: Path | None,
           unsafe: bool, project: ProjectChoice) -> None:
-    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html.
+    """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html,
+    as the student may see them when graded (results shown after the due date are withheld
+    before it, and counted in no total).
 
     Refused (exit 2, nothing written) when student code cannot be isolated here or its sandbox
     cannot start: the error says what failed and how to fix it."""
@@ -171,6 +187,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
 
     assignment = _assignment(assignment)
     _unsafe_opt_in(unsafe)
+    dates = _submission_dates(assignment, project, metadata, submitted_at)
 
     if require_gpu:
         count, problem = _cuda_device_count()
@@ -179,7 +196,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
                        f"({problem or 'torch.cuda.device_count() == 0'}); grade on a GPU machine, "
                        "or leave out --require-gpu to apply grading.yml's gpu_policy", err=True)
             sys.exit(2)
-    report = grade_submission(submission, assignment, out, project.config)
+    report = grade_submission(submission, assignment, out, project.config, dates, staff_out)
     from autograder.grading.report import points
 
     if report.graded_file:
@@ -193,6 +210,38 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
     click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
                + "; ".join(report.environment.get("protections", [])))
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
+    release = report.release or {}
+    if release.get("withheld"):
+        click.echo(f"withheld from the student's files: {release['withheld']} result(s) worth "
+                   f"{points(release['withheld_points'])} points (the totals above count them; "
+                   f"shown from {release['results_shown_at'] or 'a due date, once one is set'})")
+
+
+def _submission_dates(assignment: str, project: ProjectChoice, metadata: Path | None,
+                      submitted_at: str | None) -> SubmissionDates | None:
+    """`grade`'s SubmissionDates from --metadata and --submitted-at (None: neither given)."""
+    from dataclasses import replace
+
+    from autograder.grading.late import SubmissionDates
+    from autograder.project.config import assignment_config
+    from autograder.project.late_policy import parse_timestamp
+
+    if metadata is None and submitted_at is None:
+        return None
+    dates = SubmissionDates()
+    if metadata is not None:
+        from autograder.gradescope.metadata import submission_dates
+
+        due = assignment_config(assignment, project.config).due
+        dates, notes = submission_dates(metadata, due)
+        for note in notes:  # the grader's terminal (on Gradescope: stdout, for staff)
+            click.echo(f"note (staff): {inert(note)}", err=True)
+    if submitted_at is not None:
+        try:
+            dates = replace(dates, created_at=parse_timestamp(submitted_at))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--submitted-at") from None
+    return dates
 
 
 @main.command(epilog=EXIT_CODES)
@@ -367,14 +416,19 @@ def verify_key(positional: str | None, assignment: str | None, project: ProjectC
 @main.command(epilog=EXIT_CODES)
 @click.argument("folder", default=".", type=click.Path(exists=True, file_okay=False,
                                                       path_type=Path))
-@click.option("--module", help="The module to check (default: found from grading.yml).")
+@click.option("--assignment", "-a", "assignment",
+              help="The assignment the folder is for (default: the one whose module it holds).")
+@click.option("--module", help="The module to check (default: the assignment's, else found "
+                               "from grading.yml).")
 @click.option("--no-tests", is_flag=True, help="Check the files only; do not run the tests.")
 @project_options
-def check(folder: Path, module: str | None, no_tests: bool, project: ProjectChoice) -> None:
+def check(folder: Path, assignment: str | None, module: str | None, no_tests: bool,
+          project: ProjectChoice) -> None:
     """Check a student's FOLDER as check.py does: answers' form (no key), public tests."""
     from autograder.release.build import Project, check_student_folder
 
-    sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests))
+    sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests,
+                                  assignment=assignment))
 
 
 @main.command(epilog=EXIT_CODES)
@@ -428,15 +482,21 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
 @click.option("--force", is_flag=True, help="Regrade every submission, changed or not.")
 @click.option("--only", multiple=True, metavar="SID",
               help="Regrade only this student (sid or submission key); repeatable.")
-@click.option("--detail", is_flag=True, help="grades.csv: also a column per hidden test.")
+@click.option("--detail", is_flag=True,
+              help="grades.csv and grades.xlsx: also a column per hidden test.")
+@click.option("--canvas-id", metavar="ID",
+              help="The Canvas assignment canvas_grades.csv fills in: the number at the end of "
+                   "its address (.../assignments/ID). Default: the column is the assignment's "
+                   "title, which Canvas matches exactly or makes a new assignment of.")
 @UNSAFE_OPTION
 @project_options
 def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backend: str,
           address: str | None, force: bool, only: tuple[str, ...], detail: bool,
-          unsafe: bool, project: ProjectChoice) -> None:
+          canvas_id: str | None, unsafe: bool, project: ProjectChoice) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes.
     Refused at once (exit 2) when student code cannot be isolated on this machine."""
+    from autograder.batch.driver import BatchInterrupted
     from autograder.batch.driver import batch as run_batch
 
     _unsafe_opt_in(unsafe)
@@ -444,18 +504,32 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
     try:
         summary = run_batch(submissions, _assignment(assignment), out, jobs=jobs,
                             backend=backend, address=address, force=force, only=list(only),
-                            config_path=project.config, detail=detail)
-    except KeyboardInterrupt:
+                            config_path=project.config, detail=detail, canvas_id=canvas_id)
+    except BatchInterrupted as stop:
+        _batch_said(stop.summary, out)
+        sys.exit(130)
+    except KeyboardInterrupt:  # before grading began, or again while the outputs were written
         click.echo("stopped: every finished submission is in the gradebook; run the same "
                    "command again to grade the rest", err=True)
         sys.exit(130)
-    for warning in summary.warnings:  # roster notes name the export's folders
-        click.echo(f"note: {inert(warning)}")
-    click.echo(summary.line())
-    if not summary.nothing_to_grade:
-        click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'}")
+    _batch_said(summary, out)
     if summary.failed:
         sys.exit(1)
+
+
+def _batch_said(summary: Any, out: Path) -> None:
+    for warning in summary.warnings:  # roster notes name the export's folders
+        click.echo(f"note: {inert(warning)}")
+    if not summary.nothing_to_grade:  # a re-run with nothing to do says one line
+        for note in summary.export_notes:
+            click.echo(f"note: {inert(note)}")
+    click.echo(summary.line(), err=bool(summary.not_finished))
+    if not summary.nothing_to_grade or summary.not_finished:
+        click.echo(f"class overview: {out / 'index.html'}; grades: {out / 'grades.csv'} "
+                   f"(and grades.xlsx); Canvas import: {out / 'canvas_grades.csv'}")
+    if summary.similar:
+        click.echo(f"similar code: {summary.similar} pair(s) listed in the overview "
+                   f"({out / 'index.html'}#similarity)")
 
 
 @main.command(epilog=EXIT_CODES)
@@ -484,19 +558,101 @@ def history(who: str, out: Path, since_run: int | None) -> None:
                              f"{run.status}{detail}{why}"))
             for name, before, now in run.tests:
                 click.echo(inert(f"      {name}: {before} -> {now}"))
+        for adjustment in entry.adjustments:
+            click.echo(inert(f"  {adjustment.sid}: {adjustment.describe()}"))
+
+
+OUT_OPTION = click.option("--out", "-o", required=True,
+                          type=click.Path(file_okay=False, path_type=Path),
+                          help="The folder a batch wrote (its gradebook.sqlite).")
+REASON_OPTION = click.option("--reason", required=True,
+                             help="Why (a regrade request, a medical note): kept with it.")
+BY_OPTION = click.option("--by", metavar="WHO",
+                         help="Who decided (default: this machine's user name).")
+
+
+def _adjusted(done: Any) -> None:
+    click.echo(inert(f"{done.adjustment.sid}: {done.adjustment.describe()}"))
+    for note in done.notes:
+        click.echo(f"note: {inert(note)}")
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("sid", metavar="SID")
+@ASSIGNMENT_OPTION
+@OUT_OPTION
+@click.option("--score", type=float, help="The score every export gives the student.")
+@click.option("--clear", is_flag=True, help="Back to the graded score.")
+@REASON_OPTION
+@BY_OPTION
+@project_options
+def override(sid: str, assignment: str | None, out: Path, score: float | None, clear: bool,
+             reason: str, by: str | None, project: ProjectChoice) -> None:
+    """Override student SID's score in every export (grades.csv/.xlsx, canvas_grades.csv, the
+    overview), kept in the gradebook with who, when and why; the exports are written again."""
+    from autograder.batch.adjustments import override as record_override
+
+    _adjusted(record_override(out, _assignment(assignment), sid, reason, score=score,
+                              clear=clear, by=by, config_path=project.config))
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("sid", metavar="SID")
+@ASSIGNMENT_OPTION
+@OUT_OPTION
+@click.option("--until", metavar="DATE",
+              help="The student's due date, ISO 8601 with a time zone "
+                   "(2026-12-18T23:59:00-05:00).")
+@click.option("--clear", is_flag=True, help="Back to the assignment's due date.")
+@REASON_OPTION
+@BY_OPTION
+@project_options
+def extend(sid: str, assignment: str | None, out: Path, until: str | None, clear: bool,
+           reason: str, by: str | None, project: ProjectChoice) -> None:
+    """Extend student SID's due date for the late policy, kept in the gradebook with who, when
+    and why; the next `autograder batch` regrades their submission with it."""
+    from autograder.batch.adjustments import extend as record_extension
+
+    _adjusted(record_extension(out, _assignment(assignment), sid, reason, until=until,
+                               clear=clear, by=by, config_path=project.config))
+
+
+@main.command("release-feedback", epilog=EXIT_CODES)
+@OUT_OPTION
+@click.option("--assignment", "-a", "assignment",
+              help="Check that OUT graded this assignment (its gradebook knows which).")
+@click.option("--to", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write one folder per student (default: OUT/feedback).")
+def release_feedback(out: Path, assignment: str | None, to: Path | None) -> None:
+    """Write what students may see, and nothing else, one folder per student: their report
+    files (results.json, report.json, report.md, report.html). No statuses, flags, similarity,
+    overrides or staff files."""
+    from autograder.batch.feedback import release_feedback as release
+
+    done = release(out, to, assignment)
+    for note in done.notes:
+        click.echo(f"note: {inert(note)}")
+    click.echo(f"{done.to}: feedback for {len(done.students)} student(s), one folder each")
 
 
 @main.command("new", epilog=EXIT_CODES)
-@click.argument("name")
+@click.argument("positional", metavar="[NAME]", required=False)
+@click.option("--assignment", "-a", "assignment", help="The new assignment's name.")
 @click.option("--from", "source", metavar="ASSIGNMENT",
               help="Copy grading.yml settings (timeouts, limits, GPU policy, late policy, "
                    "visibility) from this assignment.")
 @click.option("--title", help="The assignment's title (default: from NAME).")
 @project_options
-def new(name: str, source: str | None, title: str | None, project: ProjectChoice) -> None:
+def new(positional: str | None, assignment: str | None, source: str | None,
+        title: str | None, project: ProjectChoice) -> None:
     """Write a complete minimal assignment NAME (solution, one question, probes, public and
     hidden tests) and add it to grading.yml; see docs/AUTHORING.md."""
     from autograder.release.scaffold import ScaffoldError, new_assignment
+
+    if positional and assignment and positional != assignment:
+        raise click.UsageError(f"two names for the new assignment: {positional!r} and "
+                               f"-a {assignment!r}")
+    name = _assignment(assignment, positional)
 
     try:
         written = new_assignment(name, project.config, source, title)

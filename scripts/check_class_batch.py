@@ -31,7 +31,7 @@ def check(export_dir: Path, out: Path) -> list[str]:
     expected = json.loads((export_dir / "expected.json").read_text())
     with Gradebook(out / "gradebook.sqlite") as book:
         graded = {g.submission.key: g for g in book.latest()}
-    with open(out / "grades.csv", newline="") as f:
+    with open(out / "grades.csv", newline="", encoding="utf-8-sig") as f:  # it has a BOM
         rows = {row["sid"]: row for row in csv.DictReader(f)}
     problems = []
     for key, want in expected["submissions"].items():

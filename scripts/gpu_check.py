@@ -136,10 +136,13 @@ def key() -> dict:
 
 def grade(folder: Path, out: Path, require_gpu: bool = False) -> tuple[int, str, dict | None]:
     """`autograder grade` as a TA runs it: exit code, its output, the report (None if absent)."""
+    # The staff's full copy: out/ holds what the student may see (no multiple choice before the
+    # due date).
     command = [PY, "-m", "autograder.cli", "grade", str(folder), "--assignment", ASSIGNMENT,
-               "--out", str(out)] + (["--require-gpu"] if require_gpu else [])
+               "--out", str(out), "--staff-out", str(out / "staff")] + \
+        (["--require-gpu"] if require_gpu else [])
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    report = out / "report.json"
+    report = out / "staff" / "report.json"
     return (proc.returncode, proc.stdout + proc.stderr,
             json.loads(report.read_text()) if report.exists() else None)
 

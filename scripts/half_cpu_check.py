@@ -46,15 +46,16 @@ def main() -> int:
         started = time.perf_counter()
         result = subprocess.run(
             [str(BIN / "autograder"), "grade", str(submission), "--assignment", "dp_basics",
-             "--out", str(out)], capture_output=True, text=True, cwd=ROOT, preexec_fn=box.enter)
+             "--out", str(out), "--staff-out", str(out / "staff")],  # the full report
+            capture_output=True, text=True, cwd=ROOT, preexec_fn=box.enter)
         wall = time.perf_counter() - started
         peak = box.peak_mb()
         box.remove()
-        if not (out / "report.json").is_file():
+        if not (out / "staff" / "report.json").is_file():
             print(f"run {run + 1}: no report (exit {result.returncode}): {result.stderr[-1000:]}")
             failures += 1
             continue
-        report = json.loads((out / "report.json").read_text())
+        report = json.loads((out / "staff" / "report.json").read_text())
         budgets = report["environment"].get("time_budgets", {})
         failed = [f"{t['name']}: {t['message'][:160]}" for t in report["tests"]
                   if t["status"] == "failed"]

@@ -71,6 +71,19 @@ def test_grade_prints_scores_and_where_the_reports_are(tmp_path):
     assert (out / "results.json").exists() and (out / "report.html").exists()
 
 
+@pytest.mark.parametrize("option, value, said", [
+    ("--submitted-at", "yesterday", "'yesterday' is not a date and time"),
+    ("--submitted-at", "2026-12-15T10:00:00", "has no time zone"),
+])
+def test_grade_refuses_a_submission_time_it_cannot_read_before_grading(tmp_path, option, value,
+                                                                       said):
+    out = tmp_path / "out"
+    result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
+                 str(out), "--config", str(TOY / "grading.yml"), option, value)
+    assert result.returncode == 2 and option in result.stderr and said in result.stderr
+    assert not out.exists()
+
+
 def test_grade_with_an_unknown_assignment_fails_clearly(tmp_path):
     result = run("grade", str(tmp_path), "--assignment", "nope", "--out", str(tmp_path / "o"))
     assert result.returncode == 2 and "has no assignment 'nope'" in result.stderr
@@ -94,8 +107,17 @@ def test_a_copy_of_the_project_is_found_from_the_working_folder(tmp_path):
     assert elsewhere.returncode == 0 and f"project: {ROOT} (from --root)" in elsewhere.stderr
 
 
+def test_every_command_that_takes_an_assignment_takes_it_as_a_option():
+    from autograder.cli import main
+
+    without = {name for name, command in main.commands.items()
+               if not any("-a" in param.opts for param in command.params)}
+    assert without == {"history"}  # it reads a batch's gradebook, which knows its assignment
+
+
 @pytest.mark.parametrize("command", [["validate"], ["verify-key"], ["gradescope"],
-                                     ["release", "--check"], ["generate", "--check"]])
+                                     ["release", "--check"], ["generate", "--check"],
+                                     ["check", "."], ["check", ".", "--no-tests"]])
 def test_every_command_takes_the_assignment_as_a_option(command, tmp_path):
     args = [*command, "-a", "nope"]
     if command[0] == "gradescope":
@@ -103,6 +125,24 @@ def test_every_command_takes_the_assignment_as_a_option(command, tmp_path):
     result = run(*args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "nope" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_check_a_folder_for_the_assignment_named_with_a(tmp_path):
+    # `autograder check DIR -a dp_basics` used to say "No such option '-a'".
+    folder = tmp_path / "work"
+    shutil.copytree(ROOT / "student_templates" / "dp_basics", folder)
+    result = run("check", str(folder), "-a", "dp_basics", "--no-tests")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dp_basics.py" in result.stdout + result.stderr
+
+
+def test_new_takes_the_name_as_a_option_too(tmp_path):
+    course = copy_of_the_project(tmp_path)
+    result = run("new", "-a", "hw_two", "--root", str(course))
+    assert result.returncode == 0, result.stderr
+    assert (course / "assignments" / "hw_two").is_dir()
+    both = run("new", "hw_three", "-a", "hw_four", "--root", str(course))
+    assert both.returncode == 2 and "two names" in both.stderr
 
 
 def test_help_lists_the_exit_codes():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -82,8 +83,7 @@ def _grade_one(base: Path, key: str) -> GradedSubmission:
         (folder / "answers.yml").write_text(answers)
     submission = ClassSubmission(key, folder, submitters, DUE + timedelta(minutes=minutes))
     out = base / "out" / "reports" / submission.sid
-    grade(folder, "toy", out, CONFIG)
-    report = json.loads((out / "report.json").read_text())  # what the gradebook stores
+    report = json.loads(json.dumps(asdict(grade(folder, "toy", out, CONFIG))))  # as stored
     late = _late(minutes)
     penalty = late.penalty if late else 0.0
     return GradedSubmission(submission, 1, report, round(report["score"] * (1 - penalty), 4),

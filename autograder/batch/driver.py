@@ -1,8 +1,9 @@
 """Grade a whole class: `batch(submissions, assignment, out)`, the API behind `autograder batch`.
 
-submissions (export or folders) -> roster -> plan (skip what the gradebook already has) ->
-backend (local warm workers or Ray) -> per outcome: report folder + gradebook run -> grades.csv,
-gradescope_scores.csv and index.html from the gradebook.
+submissions (export or folders) -> roster -> plan (skip what the gradebook already has; each
+student's extension is their due date) -> backend (local warm workers or Ray) -> per outcome:
+report folder + gradebook run -> the similarity check -> grades.csv, grades.xlsx,
+canvas_grades.csv and index.html from the gradebook (overrides applied).
 
 This process is trusted: it never imports student code, and the only thing it receives from a
 worker is a JSON outcome. It alone writes the gradebook and the output folder.
@@ -11,8 +12,11 @@ worker is a JSON outcome. It alone writes the gradebook and the output folder.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,9 +27,15 @@ from tqdm import tqdm
 
 from autograder.batch.fingerprints import assignment_version, grader_version, tree_hash
 from autograder.batch.gradebook import Gradebook
-from autograder.batch.gradesheet import write_grades_csv, write_gradescope_scores_csv
+from autograder.batch.gradesheet import (
+    CANVAS_CSV,
+    canvas_column,
+    write_canvas_csv,
+    write_grades,
+)
 from autograder.batch.overview import write_overview
 from autograder.batch.records import (
+    Adjustment,
     ClassSubmission,
     GradeOutcome,
     GradeTask,
@@ -33,9 +43,12 @@ from autograder.batch.records import (
     report_folder,
 )
 from autograder.batch.roster import discover
-from autograder.grading.late import late_status
+from autograder.batch.similarity import Similarity, check_similarity
+from autograder.grading.late import SubmissionDates, late_entry
 from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.inert import label
+from autograder.project.late_policy import parse_timestamp
 from autograder.project.paths import GRADING_CONFIG
 from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
@@ -45,6 +58,15 @@ BACKENDS = ("local", "ray")
 
 class BatchError(ValueError):
     """The batch cannot start (bad options, unreadable export); nothing was graded."""
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during grading, after the class outputs were written for what had
+    finished (`summary` says how many); the same command resumes."""
+
+    def __init__(self, summary: BatchSummary) -> None:
+        super().__init__(summary.line())
+        self.summary = summary
 
 
 @dataclass
@@ -64,6 +86,10 @@ class BatchSummary:
     flagged: int = 0  # of those graded in this run, flagged (see submission_status)
     statuses: dict[str, int] = field(default_factory=dict)  # this run's gradings, by status
     failed_in_part: int = 0  # of `failed`, those with a report (some checks not run)
+    not_finished: int = 0  # stopped (Ctrl-C, SIGTERM) before these were graded
+    # Who the import files left out and why (shown when something was graded).
+    export_notes: list[str] = field(default_factory=list)
+    similar: int | None = None  # pairs the similarity check listed; None: it is turned off
 
     @property
     def nothing_to_grade(self) -> bool:
@@ -72,6 +98,13 @@ class BatchSummary:
     def line(self) -> str:
         """One line for the TA; its numbers add up to the roster."""
         left_out = f", {self.left_out} left out by --only" if self.left_out else ""
+        if self.not_finished:
+            done = self.graded + self.failed
+            return (f"interrupted: {done} of {done + self.not_finished} submissions to grade "
+                    f"finished ({self.graded} graded, {self.failed} grader error(s)), "
+                    f"{self.not_finished} not graded, {self.skipped} unchanged{left_out}; the "
+                    "class outputs cover every finished one; run the same command again to "
+                    "grade the rest")
         if self.nothing_to_grade:
             return f"{self.skipped} unchanged, nothing to grade{left_out}"
         flagged = f" ({self.flagged} flagged)" if self.flagged else ""
@@ -92,9 +125,14 @@ class _Planned:
 def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
           backend: str = "local", address: str | None = None, force: bool = False,
           only: list[str] | None = None, config_path: Path = GRADING_CONFIG,
-          progress: bool = True, detail: bool = False) -> BatchSummary:
+          progress: bool = True, detail: bool = False,
+          canvas_id: str | None = None) -> BatchSummary:
     """Grade every submission under `submissions` that needs it; write the class outputs
-    (`detail`: grades.csv gets a column per hidden test).
+    (`detail`: grades.csv gets a column per hidden test; `canvas_id`: the Canvas assignment
+    that canvas_grades.csv's column names).
+
+    Ctrl-C or SIGTERM while grading writes the class outputs for what has finished, then
+    raises BatchInterrupted.
 
     Refused at once (IsolationUnavailable) where gradings would run on this machine (local
     workers, or a local Ray instance) and student code cannot be isolated here; on a Ray
@@ -105,18 +143,40 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
         raise BatchError(f"unknown backend {backend!r} (use one of: {', '.join(BACKENDS)})")
     if jobs < 1:
         raise BatchError("--jobs must be at least 1")
+    if canvas_id is not None and not canvas_id.isdigit():
+        raise BatchError(f"--canvas-id must be the number at the end of the Canvas "
+                         f"assignment's address (.../assignments/12345), not {canvas_id!r}")
     if backend == "local" or address is None:
         detect()  # before anyone is graded: not N grader errors for one set-up problem
     spec = load_assignment(assignment, config_path)
     out.mkdir(parents=True, exist_ok=True)
-    with _exclusive(out):
+    with exclusive(out), _sigterm_interrupts():
         return _batch(submissions, spec, out, jobs, backend, address, force, only, config_path,
-                      progress, started, detail)
+                      progress, started, detail, canvas_id)
 
 
 @contextmanager
-def _exclusive(out: Path) -> Iterator[None]:
-    """One batch per output folder: a second one would re-extract the export under the first."""
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the batch as Ctrl-C does (its default would end the process at once,
+    writing nothing); only where signals can be handled (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
+def exclusive(out: Path) -> Iterator[None]:
+    """One batch per output folder: a second one would re-extract the export under the first
+    (and an override must not rewrite the class outputs while a batch writes them)."""
     with open(out / ".lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -128,7 +188,8 @@ def _exclusive(out: Path) -> Iterator[None]:
 
 def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: str,
            address: str | None, force: bool, only: list[str] | None, config_path: Path,
-           progress: bool, started: float, detail: bool) -> BatchSummary:
+           progress: bool, started: float, detail: bool,
+           canvas_id: str | None = None) -> BatchSummary:
     assignment = spec.name
     roster = discover(submissions, out / ".export")
     warnings = list(roster.warnings)
@@ -137,20 +198,23 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
     with Gradebook(out / "gradebook.sqlite") as book:
         plan, skipped = [], 0
         gpu_now = backend == "local" and gpu_device_present()
+        extensions = book.in_force("extension")
         for submission in chosen:
-            planned = _plan(submission, spec, out, config_path)
+            planned = _plan(submission, spec, out, config_path, extensions)
             if not (force or only) and _reports_in_place(submission, out) and book.is_current(
                     submission.key, planned.content_hash, *versions, planned.late, gpu_now):
                 skipped += 1
                 continue
             plan.append(planned)
         by_key = {p.task.key: p for p in plan}
+        labels = {p.task.key: progress_label(p.submission) for p in plan}
         graded = failed = in_part = flagged = 0
         statuses: dict[str, int] = {}
+        interrupted = False
         outcomes = _run([p.task for p in plan], jobs, backend, address, spec) if plan else []
         bar = tqdm(total=len(plan), unit="submission", disable=not progress or not plan)
         waiting = [p.task.key for p in plan]  # workers take tasks in this order
-        _show_current(bar, waiting, jobs)
+        _show_current(bar, waiting, jobs, labels)
         try:
             for outcome in outcomes:
                 planned = by_key[outcome.key]
@@ -173,39 +237,84 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
                             *versions, planned.late, status)
                 graded += 1
                 waiting.remove(outcome.key)
-                _show_current(bar, waiting, jobs)
+                _show_current(bar, waiting, jobs, labels)
                 bar.set_postfix({"errors": failed, "flagged": flagged}, refresh=False)
                 bar.update(1)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what finished is in the gradebook
+            interrupted = True
         finally:
             bar.close()
             if hasattr(outcomes, "close"):
                 outcomes.close()  # stops the workers (Ctrl-C included)
-        warnings += write_class_outputs(book, spec, out, [s.key for s in roster.submissions],
-                                        detail)
+        similar = _similarity(roster.submissions, spec, out, warnings)
+        keys = [s.key for s in roster.submissions]
+        # What the class outputs were made of, so that an override can make them again.
+        book.set_meta("class_outputs", json.dumps({"keys": keys, "detail": detail,
+                                                   "canvas_id": canvas_id}))
+        export_notes = write_class_outputs(book, spec, out, keys, detail, canvas_id, similar)
     shutil.rmtree(out / ".staging", ignore_errors=True)
-    return BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
-                        round(time.monotonic() - started, 2), out, warnings,
-                        left_out=len(roster.submissions) - len(chosen), flagged=flagged,
-                        statuses=statuses, failed_in_part=in_part)
+    summary = BatchSummary(len(roster.submissions), graded - failed, skipped, failed,
+                           round(time.monotonic() - started, 2), out, warnings,
+                           left_out=len(roster.submissions) - len(chosen), flagged=flagged,
+                           statuses=statuses, failed_in_part=in_part,
+                           not_finished=len(plan) - graded, export_notes=export_notes,
+                           similar=None if similar is None else len(similar.pairs) + similar.more)
+    if interrupted:
+        raise BatchInterrupted(summary)
+    return summary
 
 
-def _show_current(bar: tqdm, waiting: list[str], jobs: int) -> None:
-    """The submission being graded on the bar (the oldest in flight; `+N` more at once)."""
+def _similarity(submissions: list[ClassSubmission], spec: Assignment, out: Path,
+                warnings: list[str]) -> Similarity | None:
+    """The class's similarity check; a failure of it is a note, never a batch without its
+    grades."""
+    try:
+        similar = check_similarity(submissions, spec, out)
+    except Exception as exc:  # noqa: BLE001 - the grades matter more than this staff aid
+        warnings.append(f"similarity: the check failed ({type(exc).__name__}: {exc}); no "
+                        "pairs are listed")
+        return None
+    if similar is not None:
+        warnings += [f"similarity: {note}" for note in similar.notes]
+    return similar
+
+
+def progress_label(submission: ClassSubmission, limit: int = 40) -> str:
+    """Who a submission is, for the progress bar: the submitters' names (their sids when
+    nameless), else its folder's name; one short inert line (names come from the export)."""
+    names = [s.name or s.sid for s in submission.submitters] or [submission.key]
+    return label(" & ".join(names), limit)
+
+
+def _show_current(bar: tqdm, waiting: list[str], jobs: int, labels: dict[str, str]) -> None:
+    """Who is being graded, on the bar (the oldest in flight; `+N` more at once)."""
     now = waiting[:jobs]
     more = f" +{len(now) - 1}" if len(now) > 1 else ""
-    bar.set_description(f"grading {now[0]}{more}" if now else "graded", refresh=False)
+    bar.set_description(f"grading {labels.get(now[0], now[0])}{more}" if now else "graded",
+                        refresh=False)
 
 
 def write_class_outputs(book: Gradebook, assignment: Assignment, out: Path,
-                        keys: list[str], detail: bool = False) -> list[str]:
-    """grades.csv (with a column per hidden test when `detail`), gradescope_scores.csv and
-    index.html, from the latest run of each key; returns notes on students left out of the
-    Gradescope import."""
+                        keys: list[str], detail: bool = False,
+                        canvas_id: str | None = None,
+                        similar: Similarity | None = None) -> list[str]:
+    """grades.csv and grades.xlsx (with a column per hidden test when `detail`),
+    canvas_grades.csv (its column named with `canvas_id` when given) and index.html (with the
+    similarity check's pairs), from the latest run of each key and the overrides in force;
+    returns notes on students left out of the Canvas import."""
     rows = book.latest(keys)
-    write_grades_csv(rows, assignment, out / "grades.csv", detail=detail)
-    notes = write_gradescope_scores_csv(rows, out / "gradescope_scores.csv")
-    write_overview(rows, assignment, out)
-    return [f"gradescope_scores.csv: {note}" for note in notes]
+    write_grades(rows, assignment, out, detail=detail)
+    notes = write_canvas_csv(rows, assignment, out / CANVAS_CSV,
+                             canvas_column(assignment, canvas_id))
+    write_overview(rows, assignment, out, similar)
+    said = [f"{CANVAS_CSV}: {note}" for note in notes]
+    # An earlier version wrote a Gradescope import whose format was never verified.
+    stale = out / "gradescope_scores.csv"
+    if stale.is_file():
+        stale.unlink()
+        said.append("gradescope_scores.csv removed (its format was never verified against "
+                    f"Gradescope's); {CANVAS_CSV} is Canvas's import")
+    return said
 
 
 def _reports_in_place(submission: ClassSubmission, out: Path) -> bool:
@@ -228,12 +337,19 @@ def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[
     return chosen
 
 
-def _plan(submission: ClassSubmission, spec: Assignment, out: Path,
-          config_path: Path) -> _Planned:
-    late = late_status(submission.created_at, spec.config.due, spec.config.late)
+def _plan(submission: ClassSubmission, spec: Assignment, out: Path, config_path: Path,
+          extensions: dict[str, Adjustment]) -> _Planned:
+    # The same late entry as grading computes from the same dates (and as a Gradescope run
+    # of this submission does): kept for the gradebook's record and currency check. A TA's
+    # extension (gradebook adjustments) is the student's own due date; a group's submission
+    # is due when its latest-extended member's is (it is graded once).
+    granted = [extensions[s.sid] for s in submission.submitters if s.sid in extensions]
+    extended = max((parse_timestamp(e.until) for e in granted), default=None)
+    dates = SubmissionDates(created_at=submission.created_at, extended_due=extended)
+    late = late_entry(spec.config, dates)
     staging = out / ".staging" / submission.key
     task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
-                     assignment=spec.name, config_path=str(config_path.resolve()), late=late)
+                     assignment=spec.name, config_path=str(config_path.resolve()), dates=dates)
     return _Planned(submission, tree_hash(submission.path), late, task)
 
 
@@ -294,6 +410,7 @@ class SubmissionHistory:
     key: str
     students: list[str]  # "name (sid)"
     runs: list[RunChange]
+    adjustments: list[Adjustment] = field(default_factory=list)  # its students', oldest first
 
 
 def history(out: Path, who: str, since_run: int | None = None) -> list[SubmissionHistory]:
@@ -318,8 +435,9 @@ def history(out: Path, who: str, since_run: int | None = None) -> list[Submissio
                 before = run
             if since_run is not None:
                 changes = [c for c in changes if c.run_id >= since_run]
+            sids = [s.sid for s in submitters] or [key]
             found.append(SubmissionHistory(key, [f"{s.name} ({s.sid})" for s in submitters],
-                                           changes))
+                                           changes, book.adjustments(sids)))
     return found
 
 

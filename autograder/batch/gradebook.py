@@ -4,6 +4,10 @@ Only the trusted batch process writes it. One run is one transaction (the run, i
 the submission's latest metadata together), in WAL mode with full syncs, so `kill -9` at any
 moment leaves either the whole run or none of it; a re-run grades what is missing. Runs are only
 ever added: a regrade is a new row, and history is never overwritten.
+
+Beside the runs, the TAs' adjustments of a student (`adjustments`): score overrides and due-date
+extensions, each with who, when and why, only ever added too (a later one replaces an earlier
+one of the same kind; clearing is one more row).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autograder.batch.records import (
+    ADJUSTMENTS,
+    Adjustment,
     ClassSubmission,
     GradedSubmission,
     GradeOutcome,
@@ -22,6 +28,7 @@ from autograder.batch.records import (
     Submitter,
 )
 from autograder.grading.submission_status import SubmissionStatus, derive
+from autograder.grading.visibility import release_due
 from autograder.project.inert import clip, inert
 
 # One run's stored report: a report is a few hundred KiB at most (report.MAX_FILE_BYTES); one
@@ -29,7 +36,7 @@ from autograder.project.inert import clip, inert
 MAX_REPORT_CHARS = 1 << 20
 MAX_TEXT_CHARS = 4000  # the error and each outcome message
 
-SCHEMA_VERSION = 2  # 2: runs.status (a SubmissionStatus as JSON)
+SCHEMA_VERSION = 3  # 2: runs.status (a SubmissionStatus as JSON); 3: adjustments
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS submissions (
@@ -68,7 +75,19 @@ CREATE TABLE IF NOT EXISTS outcomes (
     message TEXT NOT NULL,
     PRIMARY KEY (run_id, position)
 );
+CREATE TABLE IF NOT EXISTS adjustments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sid TEXT NOT NULL,                  -- the student's (a group's members one by one)
+    kind TEXT NOT NULL CHECK (kind IN ('override', 'extension')),
+    score REAL,                         -- override: the score exported; NULL: cleared
+    until TEXT,                         -- extension: ISO 8601 due date; NULL: cleared
+    reason TEXT NOT NULL,
+    by TEXT NOT NULL,
+    at TEXT NOT NULL                    -- ISO 8601, UTC
+);
+CREATE INDEX IF NOT EXISTS adjustments_by_sid ON adjustments (sid, id);
 """
+MAX_REASON_CHARS = 1000
 
 
 class GradebookError(RuntimeError):
@@ -90,6 +109,9 @@ class Gradebook:
             self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
         elif int(row[0]) == 1:
             self._migrate_from_1()
+        elif int(row[0]) == 2:  # the adjustments table is all that is new: made above
+            self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                            (str(SCHEMA_VERSION),))
         elif int(row[0]) != SCHEMA_VERSION:
             raise GradebookError(f"{path} has gradebook schema version {row[0]}; this grader "
                                  f"reads version {SCHEMA_VERSION}")
@@ -130,14 +152,18 @@ class Gradebook:
         """True when the latest run of `key` graded these files, with this grader and
         assignment, under this late status, and the grader did not fail on it, in whole or in
         part (a check it could not run): a re-run can skip it. With `gpu_now`, a run whose GPU
-        tests are pending (gpu_policy: pending) is not current."""
+        tests are pending (gpu_policy: pending) is not current; nor is one that withheld
+        `after_due_date` results from its students that a grading now would show (as
+        Gradescope's "Regrade all submissions" after the due date)."""
         row = self.db.execute(
-            "SELECT content_hash, grader_version, assignment_version, late, error, id, status "
-            "FROM runs WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+            "SELECT content_hash, grader_version, assignment_version, late, error, id, status, "
+            "report FROM runs WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
         if row is None or row[4] is not None or tuple(row[:4]) != (
                 content_hash, grader_version, assignment_version, _late_json(late)):
             return False
         if SubmissionStatus.from_json(json.loads(row[6]) if row[6] else None).grader_failed:
+            return False
+        if release_due(json.loads(row[7]) if row[7] else None):
             return False
         return not (gpu_now and self.db.execute(
             "SELECT 1 FROM outcomes WHERE run_id=? AND status='pending' LIMIT 1",
@@ -193,7 +219,8 @@ class Gradebook:
             "(SELECT COUNT(*) FROM runs h WHERE h.submission_key = s.key), r.status "
             "FROM submissions s JOIN runs r ON r.id = "
             "(SELECT MAX(id) FROM runs WHERE submission_key = s.key) ORDER BY s.key").fetchall()
-        found = {row[0]: _graded(row) for row in rows}
+        overrides = self.in_force("override")
+        found = {row[0]: _graded(row, overrides) for row in rows}
         if keys is None:
             return list(found.values())
         return [found[k] for k in keys if k in found]
@@ -227,6 +254,66 @@ class Gradebook:
 
     def run_count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+    def assignments(self) -> set[str]:
+        """The assignments this gradebook's runs graded (one, in a batch's OUT)."""
+        return {row[0] for row in self.db.execute("SELECT DISTINCT assignment FROM runs")}
+
+    def sids(self) -> set[str]:
+        """Every student of every submission (a submission without submitters: its key)."""
+        found = set()
+        for key, submitters in self.db.execute("SELECT key, submitters FROM submissions"):
+            found |= {s["sid"] for s in json.loads(submitters)} or {key}
+        return found
+
+    # ------------------------------------------------------------------------- adjustments
+
+    def adjust(self, kind: str, sid: str, reason: str, by: str, score: float | None = None,
+               until: str | None = None) -> Adjustment:
+        """Record an override (`score`) or an extension (`until`) of student `sid`; neither
+        given clears the one in force. Texts are made inert and clipped."""
+        if kind not in ADJUSTMENTS:
+            raise ValueError(f"unknown adjustment {kind!r} (one of {', '.join(ADJUSTMENTS)})")
+        if (kind == "override" and until is not None) or (kind == "extension"
+                                                          and score is not None):
+            raise ValueError(f"an {kind} takes {'score' if kind == 'override' else 'until'}")
+        by = clip(inert(by, True), 200)  # the sid stays as the roster spells it, to match
+        reason = clip(inert(reason, True), MAX_REASON_CHARS)
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            new_id = self.db.execute(
+                "INSERT INTO adjustments (sid, kind, score, until, reason, by, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (sid, kind, score, until, reason, by, now)).lastrowid
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return Adjustment(new_id, sid, kind, score, until, reason, by, now)
+
+    def adjustments(self, sids: list[str] | None = None) -> list[Adjustment]:
+        """Every adjustment (of `sids`), oldest first, cleared ones included."""
+        rows = self.db.execute("SELECT id, sid, kind, score, until, reason, by, at "
+                               "FROM adjustments ORDER BY id").fetchall()
+        wanted = None if sids is None else set(sids)
+        return [Adjustment(*row) for row in rows if wanted is None or row[1] in wanted]
+
+    def in_force(self, kind: str) -> dict[str, Adjustment]:
+        """The latest adjustment of `kind` of each student, unless it cleared the one before."""
+        latest: dict[str, Adjustment] = {}
+        for adjustment in self.adjustments():
+            if adjustment.kind == kind:
+                latest[adjustment.sid] = adjustment
+        return {sid: a for sid, a in latest.items() if not a.cleared}
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                        "value=excluded.value", (key, value))
 
 
 def _bounded_report(report: dict | None) -> dict | None:
@@ -283,16 +370,18 @@ def _late_json(late: LateStatus | None) -> str | None:
     return json.dumps(asdict(late), sort_keys=True) if late is not None else None
 
 
-def _graded(row: tuple) -> GradedSubmission:
+def _graded(row: tuple, overrides: dict[str, Adjustment]) -> GradedSubmission:
     (key, created, submitters, run_id, report, score, raw, max_score, late, error, graded_at,
      seconds, runs, status) = row
     submission = ClassSubmission(
         key=key, path=Path(), submitters=[Submitter(**s) for s in json.loads(submitters)],
         created_at=datetime.fromisoformat(created) if created else None)
+    sids = [s.sid for s in submission.submitters] or [key]
     return GradedSubmission(
         submission=submission, run_id=run_id, report=json.loads(report) if report else None,
         score=score or 0.0, raw_score=raw or 0.0, max_score=max_score or 0.0,
         late=LateStatus(**json.loads(late)) if late else None, error=error,
         graded_at=graded_at, seconds=seconds, history=runs,
         status=SubmissionStatus.from_json(json.loads(status) if status else None)
-        if status else derive(json.loads(report) if report else None, error))
+        if status else derive(json.loads(report) if report else None, error),
+        overrides={sid: overrides[sid] for sid in sids if sid in overrides})

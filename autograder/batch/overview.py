@@ -16,7 +16,12 @@ the page's Content-Security-Policy enforces it). In order:
    function folded (`<details>`) under it;
 5. the common failure messages and the students behind each; a blank, module-less or
    unimportable submission counts once, with one message, not once per test;
-6. late submissions.
+6. late submissions;
+7. similar code: the pairs of the similarity check (autograder.batch.similarity), each with a
+   link to its side-by-side page.
+
+A student's score override (gradebook adjustments) is marked beside the graded total: whose,
+the score that every export gives them, and the reason (who and when on hover).
 
 Charts are PNG files drawn by matplotlib under OUT/overview/. Every text that reaches the page
 goes through Jinja2's autoescape: names, folder names, reasons and failure messages can come
@@ -34,7 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from autograder.batch.records import GradedSubmission, LateStatus, report_folder
+from autograder.batch.records import Adjustment, GradedSubmission, LateStatus, report_folder
+from autograder.batch.similarity import Similarity, SimilarPair
 from autograder.grading.report import PART_TITLES
 from autograder.grading.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
 from autograder.project import templates
@@ -134,14 +140,34 @@ class Line:
     row: GradedSubmission
     students: list[tuple[str, str]]  # (name, sid)
     graded: bool
-    link: str | None  # reports/<sid>/report.html, relative, when that file exists
+    # Each student's reports/<sid>/report.html, relative, when that file exists (the batch
+    # writes one folder per group member), in the order of `students`.
+    links: list[str | None]
     status: SubmissionStatus
     functions: dict[str, tuple[float, float]] = field(default_factory=dict)  # (score, max)
     questions: tuple[float, float] = (0.0, 0.0)
 
     @property
+    def overrides(self) -> list[tuple[str, Adjustment]]:
+        """(name or sid, override) for each of its students whose score is overridden."""
+        named = {sid: name or sid for name, sid in self.students}
+        return [(named.get(inert(sid, True), inert(sid, True)), o)
+                for sid, o in self.row.overrides.items()]
+
+    @property
     def key(self) -> str:
         return self.row.submission.key
+
+    @property
+    def link(self) -> str | None:
+        """The first report of the submission (where one link stands for all its students)."""
+        return next((link for link in self.links if link), None)
+
+    @property
+    def members(self) -> list[tuple[str, str, str | None]]:
+        """(name, sid, report link) of each student."""
+        return [(name, sid, link) for (name, sid), link in zip(self.students, self.links,
+                                                               strict=True)]
 
     @property
     def label(self) -> str:
@@ -152,6 +178,27 @@ class Line:
     def late(self) -> LateStatus | None:
         late = self.row.late
         return late if late is not None and (late.minutes_late > 0 or late.penalty > 0) else None
+
+
+@dataclass
+class SimilarLine:
+    """One pair of the similarity check, as the overview lists it."""
+
+    pair: SimilarPair
+    left: str  # the students of pair.a (names, else sids), or its key
+    right: str
+
+    @property
+    def page(self) -> str:
+        return self.pair.page
+
+
+def similar_lines(similar: Similarity | None, lines: list[Line]) -> list[SimilarLine]:
+    if similar is None:
+        return []
+    labels = {line.key: line.label for line in lines}
+    return [SimilarLine(p, labels.get(p.a, inert(p.a, True)), labels.get(p.b, inert(p.b, True)))
+            for p in similar.pairs]
 
 
 @dataclass
@@ -209,10 +256,11 @@ def _is_graded(row: GradedSubmission) -> bool:
 
 
 def _line(row: GradedSubmission, out: Path, functions: list[str]) -> Line:
-    students = [(inert(s.name, True), inert(s.sid, True)) for s in row.submission.submitters] \
+    submitters = row.submission.submitters
+    students = [(inert(s.name, True), inert(s.sid, True)) for s in submitters] \
         or [("", inert(row.submission.key, True))]
-    line = Line(row, students, _is_graded(row), report_link(out, row.submission.sid),
-                row.status)
+    links = [report_link(out, s.sid) for s in submitters] or [report_link(out, row.submission.key)]
+    line = Line(row, students, _is_graded(row), links, row.status)
     if not line.graded:
         return line
     scores = {name: [0.0, 0.0] for name in functions}
@@ -451,8 +499,10 @@ def question_chart(questions: list[ItemStat], path: Path) -> str:
 # ----------------------------------------------------------------------------- the page
 
 
-def write_overview(rows: list[GradedSubmission], assignment: Assignment, out: Path) -> Path:
-    """Write OUT/index.html and its charts under OUT/overview/; returns the page's path."""
+def write_overview(rows: list[GradedSubmission], assignment: Assignment, out: Path,
+                   similar: Similarity | None = None) -> Path:
+    """Write OUT/index.html and its charts under OUT/overview/; returns the page's path.
+    `similar`: the class's similarity check (None: not run, or turned off)."""
     out.mkdir(parents=True, exist_ok=True)
     charts = out / CHART_DIR
     charts.mkdir(exist_ok=True)
@@ -484,6 +534,7 @@ def write_overview(rows: list[GradedSubmission], assignment: Assignment, out: Pa
         "look": needs_a_look(lines),
         "late": [line for line in lines if line.late is not None],
         "lines": by_total, "shade": shade,
+        "similar": similar, "similar_lines": similar_lines(similar, lines),
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     page = out / "index.html"

@@ -25,7 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograder.batch.bundles import read_outputs, unpack_assignment, unpack_submission
-from autograder.batch.records import GradeOutcome, GradeTask, LateStatus
+from autograder.batch.records import GradeOutcome, GradeTask
+from autograder.grading.late import SubmissionDates
 
 PREFIX = "autograder-ray-"  # of this worker's temporary folders: PREFIX + pid + "-..."
 
@@ -89,7 +90,7 @@ class RayGrader:
         return self.problem or f"ready on {socket.gethostname()}:{os.getpid()}"
 
     def grade(self, request: dict) -> dict:
-        """Grade one packed submission: {"key", "late", "submission"} in, {"outcome": the
+        """Grade one packed submission: {"key", "dates", "submission"} in, {"outcome": the
         GradeOutcome as a dict, "files": {name: bytes}} out. Never raises."""
         started = time.monotonic()
         key = str(request.get("key"))
@@ -100,10 +101,10 @@ class RayGrader:
         try:
             (job / "in").mkdir()
             submission = unpack_submission(request["submission"], job / "in")
-            late = request.get("late")
+            dates = request.get("dates")
             task = GradeTask(key=key, submission=str(submission), out=str(job / "out"),
                              assignment=self.assignment, config_path=str(self.config),
-                             late=LateStatus(**late) if late else None)
+                             dates=SubmissionDates.from_json(dates) if dates else None)
             from autograder.batch.worker import grade_task
 
             outcome = grade_task(task)

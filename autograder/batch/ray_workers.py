@@ -355,7 +355,7 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                 try:
                     request = {"key": job.task.key, "submission":
                                pack_submission(Path(job.task.submission)),
-                               "late": job.task.to_json()["late"]}
+                               "dates": job.task.to_json()["dates"]}
                 except PackError as exc:
                     yield GradeOutcome(job.task.key, None, f"not sent to Ray: {exc}", 0.0, "ray")
                     continue

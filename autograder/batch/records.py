@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autograder.grading.late import LateStatus
+from autograder.grading.late import LateStatus, SubmissionDates
 
 
 def report_folder(sid: str) -> str:
@@ -57,15 +57,17 @@ class GradeTask:
     out: str  # the folder the worker writes results.json and the reports to
     assignment: str
     config_path: str
-    late: LateStatus | None = None
+    # The submission's dates: grading derives its late entry from them (late_entry), as
+    # every path that grades does.
+    dates: SubmissionDates | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "dates": self.dates.to_json() if self.dates else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GradeTask:
-        late = data.get("late")
-        return cls(**{**data, "late": LateStatus(**late) if late else None})
+        dates = data.get("dates")
+        return cls(**{**data, "dates": SubmissionDates.from_json(dates) if dates else None})
 
 
 @dataclass
@@ -77,6 +79,38 @@ class GradeOutcome:
     error: str | None  # the grader's own failure (the student's faults are in the report)
     seconds: float
     worker: str = ""  # host/process that graded it, for the TA's log
+
+
+ADJUSTMENTS = ("override", "extension")
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """A TA's decision about one student, kept in the gradebook beside the runs (never
+    changed: a later one of the same kind replaces it, and clearing is one more)."""
+
+    id: int
+    sid: str
+    kind: str  # "override": the score exported; "extension": the student's own due date
+    score: float | None  # the override's score; None for an extension or a cleared override
+    until: str | None  # the extension's due date (ISO 8601); None for an override or cleared
+    reason: str  # why (a regrade request, a medical note): required
+    by: str  # who decided
+    at: str  # when it was recorded, ISO 8601 UTC
+
+    @property
+    def cleared(self) -> bool:
+        return (self.score if self.kind == "override" else self.until) is None
+
+    def describe(self) -> str:
+        """One line for people: 'override to 90: regrade request #12 (by ta1, 2026-...)'."""
+        if self.cleared:
+            what = f"{self.kind} cleared"
+        elif self.kind == "override":
+            what = f"score overridden to {self.score:g}"
+        else:
+            what = f"due date extended to {self.until}"
+        return f"{what}: {self.reason} (by {self.by}, {self.at})"
 
 
 @dataclass
@@ -96,9 +130,23 @@ class GradedSubmission:
     history: int = 1  # how many runs the gradebook holds for this submission
     extra: dict = field(default_factory=dict)
     status: Any = None  # submission_status.SubmissionStatus; derived from the report if None
+    overrides: dict[str, Adjustment] = field(default_factory=dict)  # by sid, those in force
 
     def __post_init__(self) -> None:
         if self.status is None:
             from autograder.grading.submission_status import derive
 
             self.status = derive(self.report, self.error)
+
+    @property
+    def graded(self) -> bool:
+        """The grader did not fail on it: it has a report and a score."""
+        return self.report is not None and self.error is None
+
+    def final_score(self, sid: str) -> float | None:
+        """What every export gives student `sid`: their override when there is one, else the
+        score after the late penalty; None when there is neither (the grader failed)."""
+        override = self.overrides.get(sid)
+        if override is not None:
+            return override.score
+        return self.score if self.graded else None

@@ -39,7 +39,7 @@ def grade_task(task: GradeTask) -> GradeOutcome:
         warm_up()  # the server died (killed, out of memory): a new one for what follows
     try:
         assignment = _assignment(task.assignment, task.config_path)
-        report = grade_loaded(Path(task.submission), assignment, Path(task.out), late=task.late,
+        report = grade_loaded(Path(task.submission), assignment, Path(task.out), dates=task.dates,
                               runners=_runners)
         data = json.loads(json.dumps(asdict(report)))
         return GradeOutcome(task.key, data, None, time.monotonic() - started, worker)

@@ -8,10 +8,14 @@ The bundle (`dist/<name>-gradescope.zip`) follows Gradescope's autograder specif
 `/autograder/results/results.json` afterwards.
 
 `run_autograder` calls `python -m autograder.gradescope.bundle`, which grades with `autograder
-grade` in a
-child process and ALWAYS leaves a valid results.json: when grading fails for any reason, a
-fallback with score 0 tells the student to contact the instructor. If Python itself cannot start,
-run_autograder writes a static fallback of its own.
+grade` in a child process and ALWAYS leaves a valid results.json: when grading fails for any
+reason, a fallback with score 0 tells the student to contact the instructor. If Python itself
+cannot start, run_autograder writes a static fallback of its own.
+
+It grades as `autograder batch` does: the late entry from the submission's `created_at` under
+grading.yml's policy (`--metadata`, autograder.gradescope.metadata), and results.json holds what
+the student may see as of the grading time (autograder.grading.visibility); the full report goes
+to a private folder outside /autograder/results, read for the staff's status line.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import fnmatch
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from importlib import metadata
@@ -257,10 +263,14 @@ def _write_json(path: Path, document: dict) -> None:
     partial.replace(path)
 
 
-def _grade(submission: Path, assignment: str, results_dir: Path) -> str | None:
+def _grade(submission: Path, assignment: str, results_dir: Path, metadata_path: Path,
+           staff_dir: Path) -> str | None:
     """Run `autograder grade` in a child process; the error text, or None when it succeeded."""
     command = [sys.executable, "-m", "autograder.cli", "grade", str(submission),
-               "--assignment", assignment, "--out", str(results_dir)]
+               "--assignment", assignment, "--out", str(results_dir),
+               "--staff-out", str(staff_dir)]
+    if metadata_path.is_file():  # the late policy and the release dates, as a batch has them
+        command += ["--metadata", str(metadata_path)]
     timeout = _grade_timeout(assignment)
     # Own session, so a timeout ends the grader's whole process tree.
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -285,11 +295,22 @@ def run_in_container(root: Path, assignment: str) -> int:
     """Grade `root`/submission into `root`/results/results.json; always leaves a valid file."""
     started = time.monotonic()
     results = root / "results" / "results.json"
+    # The staff's full report: private (0700), outside what Gradescope shows students.
+    staff = Path(tempfile.mkdtemp(prefix="autograder-staff-"))
+    try:
+        return _run(root, assignment, results, staff, started)
+    finally:
+        shutil.rmtree(staff, ignore_errors=True)
+
+
+def _run(root: Path, assignment: str, results: Path, staff: Path, started: float) -> int:
     try:
         results.parent.mkdir(parents=True, exist_ok=True)
         results.unlink(missing_ok=True)
-        names = submitter_names(root / "submission_metadata.json")
-        error = _grade(upload_path(root / "submission"), assignment, results.parent)
+        metadata_path = root / "submission_metadata.json"
+        names = submitter_names(metadata_path)
+        error = _grade(upload_path(root / "submission"), assignment, results.parent,
+                       metadata_path, staff)
         if error is None:
             from autograder.project.schemas import validate
 
@@ -298,25 +319,26 @@ def run_in_container(root: Path, assignment: str) -> int:
                 document["output"] = f"Submitted by {names}.\n\n{document.get('output', '')}"
             validate(document, "gradescope_results.schema.json", "results.json")
             _write_json(results, document)
-            _print_status(results.parent, None)
+            _print_status(results.parent, staff, None)
             return 0
     except Exception:  # anything at all: the student must still get a results.json
         error = traceback.format_exc()
     print(f"run_autograder: grading failed, writing a fallback results.json:\n{error}",
           file=sys.stderr)
     _write_json(results, fallback_results(error, time.monotonic() - started))
-    _print_status(results.parent, error)
+    _print_status(results.parent, staff, error)
     return 1
 
 
-def _print_status(results_dir: Path, error: str | None) -> None:
+def _print_status(results_dir: Path, staff_dir: Path, error: str | None) -> None:
     """The submission's status for staff (ok, flagged and why, grader_error...), as a batch
-    records it: on run_autograder's stdout, which Gradescope shows instructors only."""
+    records it (from the full report): on run_autograder's stdout, which Gradescope shows
+    instructors only."""
     from autograder.grading.submission_status import derive, take_kept_events
 
     try:
         try:
-            report = json.loads((results_dir / "report.json").read_text(encoding="utf-8"))
+            report = json.loads((staff_dir / "report.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             report = None
         status = derive(report if error is None else None,

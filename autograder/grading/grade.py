@@ -7,16 +7,18 @@ This is the trusted parent: it never imports torch, student code or the hidden t
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from autograder.grading.archives import ArchiveError, extract_zip
 from autograder.grading.fork_channel import RunnerServer
-from autograder.grading.late import LateStatus
+from autograder.grading.late import SubmissionDates, late_entry
 from autograder.grading.notebook import NotebookError, extract_module, module_state
 from autograder.grading.report import write_outputs
 from autograder.grading.results import (
@@ -30,31 +32,41 @@ from autograder.grading.results import (
 from autograder.grading.submission import SubmissionFiles, locate
 from autograder.grading.submission_status import keep_sandbox_events
 from autograder.grading.supervisor import run_hidden_tests
+from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
 from autograder.project.paths import GRADING_CONFIG
 from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
+from autograder.sandbox_runtime import cells
 from autograder.student_files import check as student_check
 
 
 def grade(submission: Path, assignment: str, out: Path,
-          config_path: Path = GRADING_CONFIG) -> Report:
-    """Grade `submission` (a folder or a .zip) and write results.json and the reports to `out`."""
+          config_path: Path = GRADING_CONFIG, dates: SubmissionDates | None = None,
+          staff_out: Path | None = None) -> Report:
+    """Grade `submission` (a folder or a .zip) and write results.json and the reports to `out`
+    (what students may see of them; `staff_out`: the full copy too). `dates`: when it was
+    submitted (the late policy) and the student's own dates (an extension)."""
     started = time.monotonic()
     spec = load_assignment(assignment, config_path)
-    return grade_loaded(submission, spec, out, started)
+    return grade_loaded(submission, spec, out, started, dates=dates, staff_out=staff_out)
 
 
 def grade_loaded(submission: Path, assignment: Assignment, out: Path,
-                 started: float | None = None, late: LateStatus | None = None,
-                 runners: RunnerServer | None = None) -> Report:
-    """Grade with a loaded assignment; `late` (from the batch's late policy) lowers the total;
-    `runners`: a batch worker's warm runner server (None: runners start cold)."""
+                 started: float | None = None, dates: SubmissionDates | None = None,
+                 runners: RunnerServer | None = None, graded_at: datetime | None = None,
+                 staff_out: Path | None = None) -> Report:
+    """Grade with a loaded assignment. `dates` give the late entry (`late_entry`, the same for a
+    batch and Gradescope) and, with `graded_at` (now by default), what students are shown
+    (`release_for`); `runners`: a batch worker's warm runner server (None: runners start cold).
+    Returns the full report (the staff's), as written."""
     started = time.monotonic() if started is None else started
+    release = release_for(assignment.config, dates, graded_at)
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # sandbox users may pass through to their own folder, not list
     try:
-        report = apply_late(_grade(submission, assignment, workdir, started, runners), late)
+        report = apply_late(_grade(submission, assignment, workdir, started, runners),
+                            late_entry(assignment.config, dates))
     finally:
         keep_sandbox_events(workdir, out)  # for the TA only (see submission_status)
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
@@ -62,6 +74,9 @@ def grade_loaded(submission: Path, assignment: Assignment, out: Path,
             print(f"autograder: kept {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    report.release = release.record(report.tests)
+    if staff_out is not None:
+        write_outputs(report, staff_out, students=False)
     return write_outputs(report, out)
 
 
@@ -104,6 +119,18 @@ def internal_names(assignment: Assignment) -> list[str]:
             continue
         names += [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
     return names
+
+
+def graded_module(submission: Path, assignment: Assignment, workdir: Path) -> Path | None:
+    """The module file that `grade` would run for `submission` (a zip extracted safely, a
+    notebook converted, under the empty folder `workdir`), or None when it has none. For
+    reading as text (the class's similarity check); nothing here imports it."""
+    try:
+        files = _submission_files(submission, workdir / "upload", assignment.config.module,
+                                  list(assignment.config.functions))
+    except Exception:  # noqa: BLE001 - as in _grade: an unreadable upload has no module
+        return None
+    return files.module if files.module_problem is None else None
 
 
 def _submission_files(submission: Path, unpack_to: Path, module: str,
@@ -152,6 +179,8 @@ def _choose(files: SubmissionFiles, folder: Path, module: str,
     # surrogatepass: a lone surrogate from the notebook's JSON becomes bytes that the import
     # in the sandbox reports, rather than an error here.
     files.module.write_bytes(extracted.source.encode("utf-8", "surrogatepass"))
+    # Beside the module into the sandbox, so that errors name the notebook's cells.
+    (folder / cells.map_name(module)).write_text(json.dumps(extracted.cells))
     files.warnings += extracted.warnings
     return graded
 
@@ -164,6 +193,7 @@ def _question_result(r, assignment: Assignment) -> TestResult:
     # Right or wrong shows when the part's visibility says (after the due date by default, so
     # resubmissions do not give the key away); an answer left out or malformed at once, so that
     # it can be fixed in time. Neither says which answer is right.
+    # The key shown with an unanswered question still waits for the key's own visibility.
     problem = r.status in (UNANSWERED, INVALID)
     # Whether it was answered, never whether rightly: that is the status's (and may be hidden).
     cause = {UNANSWERED: "not_answered", INVALID: "invalid_answer"}.get(r.status, "answered")
@@ -172,4 +202,5 @@ def _question_result(r, assignment: Assignment) -> TestResult:
         status="passed" if r.status == "correct" else "failed", cause=cause,
         message=clip(r.message.removeprefix(f"{r.title}: ")),  # the heading says it already
         visibility=config.answer_problems_visibility if problem
-        else config.multiple_choice.visibility, feedback=feedback)
+        else config.multiple_choice.visibility, feedback=feedback,
+        feedback_visibility=config.multiple_choice.visibility if problem and feedback else None)

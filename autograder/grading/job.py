@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+from autograder.project.schemas import load_schema
+
+# Gradescope's visibility values, and those a result worth points may have (see
+# autograder.grading.visibility): grading.yml's schema is their one source.
+_DEFS = load_schema("grading.schema.json")["$defs"]
+VISIBILITIES: tuple[str, ...] = tuple(_DEFS["visibility"]["enum"])
+SCORED_VISIBILITIES: tuple[str, ...] = tuple(_DEFS["scored_visibility"]["enum"])
 
 
 @dataclass

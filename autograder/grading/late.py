@@ -1,13 +1,22 @@
 """Late submissions: how late, and what it costs, from grading.yml's `late` policy.
 
-`late_status(created_at, due, policy)` gives the `LateStatus` that `autograder batch` hands to
-grading (which takes `penalty` off the total) and shows in each report. The rule, `per_day`:
+`late_entry(config, dates)` is the late entry of one submission, the same wherever it is graded
+(`autograder batch`, Gradescope's `run_autograder`, `autograder grade --submitted-at`): grading
+takes its `penalty` off the total and shows its message in each report. `dates` are what is
+known of that submission (`SubmissionDates`: its time, the student's own due date for an
+extension); the due date itself is grading.yml's `due`. The rule, `per_day`
+(`late_status(created_at, due, policy)`):
 
 - a submission up to `grace_minutes` after the due date is on time;
 - after that, every started day counts: days = ceil((late - grace) / 24 h), so one minute past
   the grace period is one day late, and 24 h past it too;
 - the penalty is `percent_per_day` per day, capped at 100%; more than `max_days` days late
   (when set) scores 0.
+
+`results_shown_at(config, dates)` is when results whose visibility is `after_due_date` may be
+shown to this student: once no submission can earn points any more (the due date, plus the late
+period the policy accepts), and never before the platform's own last date (Gradescope shows such
+tests only after its late due date).
 
 Times are compared as timezone-aware datetimes only: a due date or a submission time without
 a time zone is refused rather than guessed.
@@ -17,9 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from autograder.project.late_policy import POLICIES, LatePolicy, parse_timestamp
+
+if TYPE_CHECKING:  # not imported: a Ray worker loads this before its project is unpacked
+    from autograder.project.config import AssignmentConfig
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,73 @@ class LateStatus:
     days_late: int  # whole days, rounded up, that the penalty counts
     penalty: float  # fraction of the score taken away, 0..1
     message: str  # one sentence for the student's report
+
+
+@dataclass(frozen=True)
+class SubmissionDates:
+    """What is known of one submission's dates, besides grading.yml's `due`."""
+
+    created_at: datetime | None = None  # when it was submitted (timezone-aware)
+    # The student's own due date (an extension); it counts only when later than `due`.
+    extended_due: datetime | None = None
+    # The platform's last date for this submission (Gradescope's due or late due date, the
+    # student's own included): `after_due_date` results are not shown before it.
+    platform_closes: datetime | None = None
+
+    def to_json(self) -> dict:
+        return {name: value.isoformat() if value is not None else None
+                for name, value in self.__dict__.items()}
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> SubmissionDates:
+        data = data or {}
+        return cls(**{name: parse_timestamp(data[name]) if data.get(name) else None
+                      for name in ("created_at", "extended_due", "platform_closes")})
+
+
+def due_date(config: AssignmentConfig, dates: SubmissionDates | None) -> datetime | None:
+    """This submission's due date: grading.yml's `due`, or the student's own when later."""
+    due = parse_timestamp(config.due) if config.due else None
+    extended = dates.extended_due if dates is not None else None
+    if extended is not None and (due is None or extended > due):
+        return extended
+    return due
+
+
+def late_entry(config: AssignmentConfig, dates: SubmissionDates | None) -> LateStatus | None:
+    """The late entry of one submission under grading.yml's policy; None when there is none to
+    apply (no submission time, no due date, policy `none`). Every path that grades calls this."""
+    created = dates.created_at if dates is not None else None
+    return late_status(created, due_date(config, dates), config.late)
+
+
+def late_period_end(due: datetime, policy: LatePolicy | None) -> datetime:
+    """The last moment a submission can still earn points: `due` itself when the policy takes
+    no late work into account (`none`), else the end of the grace period plus every day that
+    costs less than the whole score (at most `max_days`)."""
+    if policy is None or policy.policy != "per_day":
+        return due
+    rate = max(0.0, float(policy.percent_per_day)) / 100.0
+    days = policy.max_days
+    if rate > 0:
+        # A day that takes 100% off scores 0: the days before it are the last that earn.
+        earning = math.ceil(round(1.0 / rate, 9)) - 1
+        days = earning if days is None else min(days, earning)
+    grace = timedelta(minutes=max(0.0, float(policy.grace_minutes)))
+    return due + grace + timedelta(days=days or 0)
+
+
+def results_shown_at(config: AssignmentConfig,
+                     dates: SubmissionDates | None) -> datetime | None:
+    """When this student's `after_due_date` results may be shown: the end of the late period
+    after their due date, and not before the platform's last date; None (never, until a due
+    date is set) when neither is known."""
+    due = due_date(config, dates)
+    closes = dates.platform_closes if dates is not None else None
+    shown = late_period_end(due, config.late) if due is not None else None
+    if closes is not None and (shown is None or closes > shown):
+        return closes
+    return shown
 
 
 def late_status(created_at: datetime | None, due: str | datetime | None,

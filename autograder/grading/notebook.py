@@ -157,6 +157,7 @@ class Extracted:
     source: str
     warnings: list[str] = field(default_factory=list)
     state: str = student_check.EDITED  # UNTOUCHED: no function of the assignment implemented
+    cells: list[list] = field(default_factory=list)  # student_check.Converted.cells
 
 
 def extract_module(notebook: Path, module: str, functions: list[str] | None = None) -> Extracted:
@@ -179,7 +180,7 @@ def extract_module(notebook: Path, module: str, functions: list[str] | None = No
                             f"{module}.py instead") from None
     if "problem" in reply:
         raise NotebookError(reply["problem"])
-    return Extracted(reply["source"], reply["warnings"], reply["state"])
+    return Extracted(reply["source"], reply["warnings"], reply["state"], reply["cells"])
 
 
 def module_state(path: Path, functions: list[str] | None) -> str:
@@ -209,4 +210,4 @@ def _extract_to_wire(notebook: str, module: str, functions: list[str] | None,
         return {"problem": f"{label(Path(notebook).name)} could not be read: "
                            f"{exc.strerror or type(exc).__name__}"}
     return {"source": converted.source, "warnings": bounded(converted.warnings, MAX_WARNINGS),
-            "state": converted.state}
+            "state": converted.state, "cells": converted.cells}

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from autograder.grading.job import VISIBILITIES, Job, TestSpec
+from autograder.grading.job import SCORED_VISIBILITIES, VISIBILITIES, Job, TestSpec
 from autograder.grading.runner_events import (
     Calibration,
     Collected,
@@ -96,6 +96,10 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
     visibility = vis.args[0] if vis and vis.args else job.visibility
     if visibility not in VISIBILITIES:
         problems.append(f"{item.nodeid}: visibility {visibility!r} is not one of {VISIBILITIES}")
+    elif visibility not in SCORED_VISIBILITIES and weight:
+        problems.append(f"{item.nodeid}: visibility {visibility!r} on a test worth points: "
+                        f"students' totals count only what they are shown, so its points would "
+                        f"never reach their score; use one of {SCORED_VISIBILITIES} (or weight 0)")
     limit = item.get_closest_marker("timeout_s")
     timeout = float(limit.args[0]) if limit and limit.args else job.test_timeout
     uses = [function] if function else []

@@ -1,7 +1,9 @@
 """Write a `Report` out: Gradescope results.json, report.json, report.md and report.html.
 
 Only the trusted parent calls this, after every sandbox is gone. Every JSON file is validated
-against its schema before it is written.
+against its schema before it is written. What students receive is written from
+`visibility.student_view(report)` (results not shown at the grading time withheld, every total
+the sum of what is shown); `write_outputs(..., students=False)` writes the staff's full copy.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.grading.results import Report, TestResult
+from autograder.grading.results import PARTS, Report, TestResult
+from autograder.grading.visibility import release_of, student_view
 from autograder.project import templates
 from autograder.project.inert import clip
 from autograder.project.schemas import validate
+from autograder.questions.answers import NOT_ANSWERED
 
 # Each written file (results.json, report.json, report.md, report.html), whatever the
 # submission printed or provoked: past it, printed output and then messages are cut to fit.
@@ -89,22 +92,27 @@ def shown_tests(report: Report) -> list[TestResult]:
     return shown
 
 
-def gradescope_results(report: Report) -> dict:
+def gradescope_results(report: Report, students: bool = True) -> dict:
+    """results.json: what students are shown of `report` (all of it with `students=False`)."""
+    if students:
+        report = student_view(report)
     tests = []
     for number, t in _numbered(shown_tests(report)):
         entry = {"name": t.name, "number": number, "score": t.score,
                  "max_score": t.max_score,
                  "output": _test_output(t), "visibility": t.visibility,
                  "tags": [t.part, t.item]}
-        if t.status in ("passed", "failed"):  # pending: let Gradescope show the score
+        if t.status in ("passed", "failed"):  # pending, withheld: no verdict to show
             entry["status"] = t.status
         tests.append(entry)
     summary = []
     if report.graded_file:
         summary.append(f"Graded file: {report.graded_file['file']}. "
                        f"{report.graded_file['why']}".rstrip(". ") + ".")
-    summary += [f"{PART_TITLES[p.name]}: {points(p.score)} / {points(p.max_score)}"
-                for p in report.parts]
+    summary += [_part_line(report, p.name) for p in report.parts]
+    counted = counted_note(report)
+    if counted:
+        summary.append(counted)
     if report.late:
         penalty = round(report.late["raw_score"] - report.score, 2)
         summary.append(f"Late: {report.late['message']} Total {points(report.late['raw_score'])}"
@@ -119,6 +127,42 @@ def gradescope_results(report: Report) -> dict:
         "output_format": "text", "test_output_format": "text",
         "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
     }
+
+
+def _part_line(report: Report, part: str) -> str:
+    """'Coding: 62.5 / 70', or what of the part is not shown yet."""
+    title = PART_TITLES[part]
+    mine = [t for t in report.tests if t.part == part and t.status != "excluded"]
+    withheld = [t for t in mine if t.status == "withheld"]
+    score = next(p.score for p in report.parts if p.name == part)
+    most = next(p.max_score for p in report.parts if p.name == part)
+    if not withheld:
+        return f"{title}: {points(score)} / {points(most)}"
+    held = round(sum(t.max_score for t in withheld), 2)
+    if len(withheld) == len(mine):
+        return f"{title}: not shown yet ({points(held)} points, not counted yet)"
+    return (f"{title}: {points(score)} / {points(most - held)} shown so far, "
+            f"{points(held)} more points not counted yet")
+
+
+def counted_note(report: Report) -> str | None:
+    """What the score of a student view counts, when some results are withheld from it."""
+    held = [t for t in report.tests if t.status == "withheld"]
+    if not held:
+        return None
+    points_held = points(round(sum(t.max_score for t in held), 2))
+    if all(t.visibility == "after_due_date" for t in held):
+        when = f"shown, and counted, {release_of(report).when()}, once your submission is " \
+               f"graded again"
+    else:
+        when = "not counted in the score shown to you"
+    mc_only = all(t.part == "multiple_choice" for t in held) and not any(
+        t.score for t in report.tests if t.part == "multiple_choice")
+    if mc_only:  # grading.yml's default before the due date
+        return (f"This score counts the coding part only: right or wrong of the multiple-choice "
+                f"answers ({points_held} points) is {when}.")
+    return (f"This score counts only the results shown now: {len(held)} result(s) worth "
+            f"{points_held} points are {when}.")
 
 
 def _numbered(tests: list[TestResult]):
@@ -155,65 +199,73 @@ class _PartView:
     pending: list[TestResult] = field(default_factory=list)  # 0 until a regrade on a GPU
     after_due: int = 0  # of `withheld`: shown after the due date
     functions: list[_FunctionRow] = field(default_factory=list)
+    # Questions left out, listed on one line rather than one box each (out of `failed`).
+    unanswered: list[TestResult] = field(default_factory=list)
+    withheld_points: float = 0.0
+
+    @property
+    def unanswered_line(self) -> str:
+        """'Not answered (3 questions, 4.5 points): q03, q07, q11'."""
+        ids = ", ".join(t.item for t in self.unanswered)
+        worth = points(sum(t.max_score for t in self.unanswered))
+        count = len(self.unanswered)
+        return (f"Not answered ({count} question{'s' * (count != 1)}, {worth} "
+                f"point{'s' * (worth != '1')}): {ids}")
 
 
-def _shown_now(visibility: str, due_passed: bool) -> bool:
-    return visibility == "visible" or (visibility == "after_due_date" and due_passed)
+def _unanswered(t: TestResult) -> bool:
+    return t.part == "multiple_choice" and t.status == "failed" and t.message == NOT_ANSWERED
 
 
-def _due_passed(report: Report, now: datetime | None = None) -> bool:
-    if not report.due:
-        return False
-    try:
-        due = datetime.fromisoformat(report.due.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    if due.tzinfo is None:
-        due = due.replace(tzinfo=timezone.utc)
-    return (now or datetime.now(timezone.utc)) >= due
-
-
-def _part_views(report: Report, now: datetime | None = None) -> list[_PartView]:
-    due_passed = _due_passed(report, now)
+def _part_views(report: Report) -> list[_PartView]:
+    """Each part of a student view (student_view) as the pages show it."""
     everything = shown_tests(report)
     views = []
     for part in report.parts:
         tests = [t for t in everything if t.part == part.name]
-        shown = [t for t in tests if _shown_now(t.visibility, due_passed)]
-        failed = [t for t in shown if t.status == "failed"]
-        view = _PartView(part.name, failed, [t for t in shown if t.status == "passed"],
-                         len(tests) - len(shown),
-                         pending=[t for t in shown if t.status == "pending"],
-                         after_due=sum(1 for t in tests if t not in shown
-                                       and t.visibility == "after_due_date"))
+        held = [t for t in tests if t.status == "withheld"]
+        failed = [t for t in tests if t.status == "failed"]
+        view = _PartView(part.name, failed, [t for t in tests if t.status == "passed"],
+                         len(held), pending=[t for t in tests if t.status == "pending"],
+                         after_due=sum(t.visibility == "after_due_date" for t in held),
+                         withheld_points=round(sum(t.max_score for t in held), 2))
         messages = {t.message for t in failed}
         if len(failed) == len(tests) > 3 and len(messages) == 1 and not any(t.feedback
                                                                         for t in failed):
             view.common, view.failed = f"All {len(failed)}: {messages.pop()}", []
+        view.unanswered = [t for t in view.failed if _unanswered(t)]
+        view.failed = [t for t in view.failed if not _unanswered(t)]
         for f in report.functions:
             if f.part != part.name:
                 continue
-            hidden = any(not _shown_now(t.visibility, due_passed) for t in report.tests
-                         if t.item == f.name and t.part == f.part and t.status != "excluded")
+            hidden = any(t.status == "withheld" for t in report.tests
+                         if t.item == f.name and t.part == f.part)
             view.functions.append(_FunctionRow(f.name, None if hidden else f.score,
                                                f.max_score, f.tests))
         views.append(view)
     return views
 
 
-def write_outputs(report: Report, out: Path) -> Report:
+# The files write_outputs writes: every one of them is for the student (each follows the
+# visibility of its tests); autograder.batch.feedback releases exactly these.
+REPORT_FILES = ("results.json", "report.json", "report.md", "report.html")
+
+
+def write_outputs(report: Report, out: Path, students: bool = True) -> Report:
     """Write the four files; JSON is validated first, and each file is replaced atomically.
+    They hold what students may see of `report` (student_view); with `students=False`, all of
+    it (the staff's copy).
 
     Returns the report as written: the same, or with printed output and messages cut so that
-    no file exceeds MAX_FILE_BYTES (callers keep that one, e.g. for the gradebook).
+    no file exceeds MAX_FILE_BYTES (callers keep that one, e.g. for the gradebook), in full.
     """
     out.mkdir(parents=True, exist_ok=True)
-    written, files = report, _render(report)
+    written, files = report, _render(report, students)
     for output_limit, message_limit in _SHRINK_STEPS:
         if max(len(text.encode("utf-8")) for text in files.values()) <= MAX_FILE_BYTES:
             break
         written = _shrunk(report, output_limit, message_limit)
-        files = _render(written)
+        files = _render(written, students)
     for name, text in files.items():
         tmp = out / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8")
@@ -221,17 +273,28 @@ def write_outputs(report: Report, out: Path) -> Report:
     return written
 
 
-def _render(report: Report) -> dict[str, str]:
-    results, data = gradescope_results(report), asdict(report)
+def _render(report: Report, students: bool = True) -> dict[str, str]:
+    if students:
+        report = student_view(report)
+    results, data = gradescope_results(report, students=False), asdict(report)
     validate(results, "gradescope_results.schema.json", "results.json")
     validate(data, "report.schema.json", "report.json")
-    context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES}
+    context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES,
+               "counted": counted_note(report), "when": release_of(report).when(),
+               "unshown": _unshown_parts(report)}
     return {
         "results.json": json.dumps(results, indent=2),
         "report.json": json.dumps(data, indent=2),
         "report.md": _ENV.get_template("report.md.j2").render(context),
         "report.html": _ENV.get_template("report.html.j2").render(context),
     }
+
+
+def _unshown_parts(report: Report) -> set[str]:
+    """Parts none of whose results are shown (their total would read as a 0)."""
+    return {p for p in PARTS
+            if (mine := [t for t in report.tests if t.part == p and t.status != "excluded"])
+            and all(t.status == "withheld" for t in mine)}
 
 
 def _shrunk(report: Report, output_limit: int, message_limit: int) -> Report:

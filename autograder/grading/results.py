@@ -42,6 +42,9 @@ class TestResult:
     visibility: str
     output: str = ""
     feedback: list[str] = field(default_factory=list)  # hint / explanation lines
+    # When `feedback` may be shown, if later than the result itself: the key revealed for an
+    # unanswered question (shown at once) waits for the key's own visibility. None: `visibility`.
+    feedback_visibility: str | None = None
 
 
 @dataclass
@@ -79,7 +82,10 @@ class Report:
     # Which file was graded, when the grader had to choose (a notebook, or the module next to
     # one): {"file": "hw1.ipynb", "why": "..."}; None when there was no choice to make.
     graded_file: dict | None = None
-    due: str | None = None  # the assignment's due date: when `after_due_date` results show
+    due: str | None = None  # the assignment's due date (grading.yml)
+    # What students were shown of this report (autograder.grading.visibility.Release): when it
+    # was graded, when its `after_due_date` results are shown, how many results were withheld.
+    release: dict | None = None
 
 
 @dataclass
@@ -273,7 +279,12 @@ def apply_late(report: Report, late: LateStatus | None) -> Report:
     if late is None:
         return report
     raw = report.score
-    report.score = round(raw * (1.0 - late.penalty), 2)
+    report.score = late_total(raw, late.penalty)
     report.late = {"minutes_late": round(late.minutes_late, 1), "days_late": late.days_late,
                    "penalty": late.penalty, "message": late.message, "raw_score": raw}
     return report
+
+
+def late_total(raw: float, penalty: float) -> float:
+    """A total after a late penalty (a fraction of it), in whole hundredths."""
+    return round(raw * (1.0 - penalty), 2)

@@ -3,7 +3,8 @@
 - `TestOutcome`: what the runner says of one hidden test;
 - `TestCause`: why a graded item ended as it did (a hidden test, or a question), decided where
   it was observed, never read back from a message (see below);
-- `ReportStatus`: what a report says of one graded item (a question or a test);
+- `ReportStatus`: what a report says of one graded item (a question or a test); `withheld` only
+  in what students are shown (autograder.grading.visibility): a result not shown yet;
 - `SubmissionState`: what a TA's gradebook says of a whole submission;
 - `RunnerEvent`: the kinds of event a runner streams to the parent, one JSON line each (each
   kind's record, its fields typed, is in autograder.grading.runner_events).
@@ -61,9 +62,12 @@ TestCause = Literal[
     "answered",
     "not_answered",
     "invalid_answer",
+    # what students are shown of a result not shown yet (autograder.grading.visibility): its
+    # cause would tell its outcome
+    "withheld",
 ]
 
-ReportStatus = Literal["passed", "failed", "pending", "excluded"]
+ReportStatus = Literal["passed", "failed", "pending", "excluded", "withheld"]
 # In the order a TA should look at them (the first that applies is shown).
 SubmissionState = Literal["flagged", "grader_error", "no_module", "not_importable", "timed_out",
                           "crashed", "blank", "ok"]
@@ -82,10 +86,11 @@ _OUTCOMES: dict[str, TestOutcome] = {"passed": "passed", "skipped": "skipped",
                                      "grader_error": "grader_error"}
 NOT_RUN_CAUSES: tuple[str, ...] = tuple(c for c in TEST_CAUSES if c.startswith("not_run_"))
 QUESTION_CAUSES: tuple[str, ...] = ("answered", "not_answered", "invalid_answer")
+_NOT_OF_A_RUN = (*QUESTION_CAUSES, "withheld")  # no runner outcome of a hidden test
 
 
 def outcome_of(cause: TestCause) -> TestOutcome:
     """The runner's outcome of a hidden test that ended for `cause`."""
-    if cause not in TEST_CAUSES or cause in QUESTION_CAUSES:
+    if cause not in TEST_CAUSES or cause in _NOT_OF_A_RUN:
         raise ValueError(f"{cause!r} is no cause of a hidden test")
     return _OUTCOMES.get(cause, "failed")

@@ -54,6 +54,17 @@ def default_limits(**overrides: float) -> SandboxLimits:
 
 
 @dataclass(frozen=True)
+class SimilarityPolicy:
+    """grading.yml's `similarity` object: the class's code-similarity check (autograder batch)."""
+
+    enabled: bool
+    threshold: float  # the share of either submission's own code found in the other
+    noise_threshold: int  # copydetect's k: the shortest match, in tokenised characters
+    guarantee_threshold: int  # matches this long are always found (window = this - k + 1)
+    min_overlap: int  # tokenised characters a listed pair shares at least
+
+
+@dataclass(frozen=True)
 class PartConfig:
     points: float
     visibility: str
@@ -84,6 +95,7 @@ class AssignmentConfig:
     # Visibility of unanswered and malformed answers (`multiple_choice.visibility` is that of
     # right and wrong ones): see parts.multiple_choice.problems_visibility in the schema.
     answer_problems_visibility: str
+    similarity: SimilarityPolicy  # grading.yml's `similarity` (batch grading)
 
 
 def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
@@ -121,7 +133,11 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         raise ConfigError(f"grading.yml: assignments.{name}: the parts add up to {parts:g} points "
                           f"(multiple_choice {mc['points']:g} + coding {coding['points']:g}), but "
                           f"its total is {a['total']:g}")
-    limits, timeouts, late = a["limits"], a["timeouts"], a["late"]
+    limits, timeouts, late, similar = a["limits"], a["timeouts"], a["late"], a["similarity"]
+    if similar["guarantee_threshold"] < similar["noise_threshold"]:
+        raise ConfigError(f"grading.yml: assignments.{name}.similarity.guarantee_threshold "
+                          f"({similar['guarantee_threshold']}) is below its noise_threshold "
+                          f"({similar['noise_threshold']}); it must be at least that")
     if a.get("due") is not None:
         try:
             parse_timestamp(a["due"])
@@ -146,4 +162,9 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         late=LatePolicy(policy=late["policy"], percent_per_day=float(late["percent_per_day"]),
                         max_days=late.get("max_days"),
                         grace_minutes=float(late["grace_minutes"])),
+        similarity=SimilarityPolicy(
+            enabled=similar["enabled"], threshold=float(similar["threshold"]),
+            noise_threshold=similar["noise_threshold"],
+            guarantee_threshold=similar["guarantee_threshold"],
+            min_overlap=similar["min_overlap"]),
     )

@@ -37,6 +37,7 @@ MAX_ANSWERS_BYTES = 256 * 1024  # a real answers file is well under 2 KiB
 MAX_UNKNOWN_SHOWN = 10  # unknown question ids named in the warning
 
 CORRECT, INCORRECT, UNANSWERED, INVALID = "correct", "incorrect", "unanswered", "invalid"
+NOT_ANSWERED = "not answered"  # the message of a question left out (reports list them on one line)
 
 
 @dataclass
@@ -335,7 +336,7 @@ def _grade_one(question: Question, raw: Any, schema: dict[str, Any]) -> Question
                       f"{f' ({where})' if where else ''}; keep a single answer")
     value = normalise_answer(question, raw)
     if value is None:
-        return result(UNANSWERED, 0.0, [], "not answered")
+        return result(UNANSWERED, 0.0, [], NOT_ANSWERED)
     problem = _problem(question, value, schema)
     if problem:
         return result(INVALID, 0.0, _given(raw), f"{question.title}: {problem}")

@@ -645,11 +645,14 @@ def check_templates(names: list[str], project: Project) -> list[str]:
 
 
 def check_student_folder(folder: Path, module: str | None, project: Project,
-                         run_tests: bool = True) -> int:
+                         run_tests: bool = True, assignment: str | None = None) -> int:
     """`autograder check`: check.py's checks, with the assignment's schema and public tests
-    filled in from the sources when the folder lacks them (say, a bare submission)."""
+    filled in from the sources when the folder lacks them (say, a bare submission). With
+    `assignment`, that assignment's module (an unknown name is its ConfigError)."""
     argv = [str(folder)] + (["--no-tests"] if not run_tests else [])
     assignments = {}
+    if assignment is not None:
+        module = module or load_assignment(assignment, project.config_path).config.module
     try:
         assignments = {c.module: n for n, c in load_config(project.config_path).items()}
     except Exception:  # no usable course config at hand: check.py's own defaults apply

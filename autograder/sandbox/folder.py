@@ -1,6 +1,7 @@
 """A sandbox's folder and environment: what a sandbox process sees of the grader.
 
-Only the standard library: the trusted parent prepares the folder before any runner starts.
+Only the standard library (and the runtime's cell map, itself standard library only): the
+trusted parent prepares the folder before any runner starts.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import shutil
 import sysconfig
 import tempfile
 from pathlib import Path
+
+from autograder.sandbox_runtime import cells
 
 RUNTIME_PACKAGE = "agsandbox"
 
@@ -24,6 +27,10 @@ def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path
     root = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
     if module_file is not None:
         shutil.copyfile(module_file, root / f"{module_name}.py")
+        # A notebook's cell map (autograder.sandbox_runtime.cells), when it was converted.
+        cell_map = module_file.with_name(cells.map_name(module_file.stem))
+        if cell_map.is_file():
+            shutil.copyfile(cell_map, root / cells.map_name(module_name))
     if probes is not None:
         shutil.copyfile(probes, root / "probes.py")
         # Compiled here, once (trusted code): every worker imports probes, and sandboxes never

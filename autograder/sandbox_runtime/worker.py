@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import agent_store, caught, codec, fork_server, wire
+from . import agent_store, caught, cells, codec, fork_server, wire
 
 # One message per event the hook notes, on the worker's event channel (see _refuse_network and
 # autograder.sandbox.events, the trusted side that reads it).
@@ -245,12 +245,21 @@ def _import_student(name: str) -> tuple[Any, dict | None]:
 
 
 def _student_frames(exc: BaseException, name: str) -> str:
-    # Only lines from the student's own file: never the worker's or the grader's paths.
+    # Only lines from the student's own file: never the worker's or the grader's paths. A
+    # module converted from a notebook names the notebook's cells (cells.py).
     if isinstance(exc, SyntaxError):
-        return f"line {exc.lineno}: {(exc.text or '').strip()}"
+        where = cells.locate(_cell_map(exc.filename, name), exc.lineno)
+        return f"{where}: {(exc.text or '').strip()}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if os.path.basename(f.filename) == f"{name}.py"]
-    return "; ".join(f"line {f.lineno} in {f.name}" for f in frames[-3:])
+    found = _cell_map(frames[-1].filename, name) if frames else []
+    return "; ".join(f"{cells.locate(found, f.lineno)} in {f.name}" for f in frames[-3:])
+
+
+def _cell_map(filename: str | None, name: str) -> list[tuple[int, int, str]]:
+    if not filename or os.path.basename(filename) != f"{name}.py":
+        return []
+    return cells.load(os.path.dirname(filename), name)
 
 
 def _load_probes() -> dict[str, Any]:

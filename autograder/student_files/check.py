@@ -189,6 +189,9 @@ class Converted:
     source: str
     warnings: list[str] = field(default_factory=list)
     state: str = EDITED  # UNTOUCHED when no function of the assignment is implemented in it
+    # [first line of the cell's code in `source`, cell number, the cell's first line]: so that
+    # an error names the cell the student wrote, not a line of a file they never see.
+    cells: list[list] = field(default_factory=list)
 
 
 def _label(text: str, limit: int = 80) -> str:
@@ -241,6 +244,34 @@ def _comment_magics(code: str, where: str, warnings: list[str]) -> str:
         else:
             out.append(line)
     return "\n".join(out)
+
+
+def _hoist_future(code: str) -> tuple[str, list[str]]:
+    """`code` with its `from __future__ import ...` statements commented out in place (the
+    cell keeps its line count), and those statements: Python takes them only at the top of a
+    module, and Jupyter takes them in any cell."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return code, []  # the module's import reports the error, with its cell
+    lines = code.split("\n")
+    taken: list[str] = []
+    spans = [(n.lineno, n.end_lineno or n.lineno) for n in tree.body]
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            continue
+        first, last = node.lineno, node.end_lineno or node.lineno
+        shared = sum(1 for a, b in spans if a <= last and b >= first) > 1  # `...; x = 1`
+        if shared or node.col_offset:
+            continue
+        taken.append(ast.get_source_segment(code, node) or "")
+        for i in range(first - 1, last):
+            lines[i] = f"# (moved to the top of the module) {lines[i]}"
+    return "\n".join(lines), [t for t in taken if t]
+
+
+def _first_line(code: str) -> str:
+    return next((_label(line.strip(), 50) for line in code.splitlines() if line.strip()), "")
 
 
 def _nbgrader_meta(cell: dict) -> dict:
@@ -318,7 +349,8 @@ def convert_notebook(notebook: Path, module: str, functions: list[str] | None = 
                               f"cells); download it again from Jupyter (File > Download) or "
                               f"submit {module}.py")
     warnings: list[str] = []
-    parts = []
+    parts: list[tuple[str, int, str, str]] = []  # (where, cell number, code, its first line)
+    futures: list[str] = []
     solutions = 0
     left_out: list[tuple[str, list[str]]] = []
     for number, cell in enumerate(cells, 1):
@@ -337,7 +369,10 @@ def convert_notebook(notebook: Path, module: str, functions: list[str] | None = 
             continue
         solutions += solution
         code = _comment_magics(_cell_source(cell).strip("\n"), where, warnings)
-        parts.append(f"# --- {where}\n{code}\n")
+        first = _first_line(code)
+        code, hoisted = _hoist_future(code)
+        futures += [f for f in hoisted if f not in futures]
+        parts.append((where, number, code, first))
     if not solutions:
         raise NotebookProblem(
             f"{name} has no solution cells (cells with nbgrader solution metadata): write your "
@@ -345,12 +380,22 @@ def convert_notebook(notebook: Path, module: str, functions: list[str] | None = 
             f"metadata (do not copy it into new cells), or submit {module}.py instead")
     header = (f"# {module}.py, extracted by the autograder from {name}: its solution cells and "
               "locked code cells, in notebook order.\n")
-    source = header + "\n\n".join(parts)
+    if futures:
+        header += "".join(f"{f}  # from a cell below\n" for f in futures)
+    chunks, cell_map = [], []
+    line = header.count("\n") + 1  # where the next chunk starts
+    for where, number, code, first in parts:
+        chunk = f"# --- {where}\n{code}\n"
+        cell_map.append([line + 1, number, first])
+        chunks.append(chunk)
+        line += chunk.count("\n") + 2  # and the two blank lines between chunks
+    source = header + "\n\n".join(chunks)
     used, kept = _used_names(source), set(_defined_names(source))
     notes = [_left_out_note(where, [n for n in names if n not in kept], used)
              for where, names in left_out if set(names) - kept]
     return Converted(source, _bounded(notes + warnings),
-                     UNTOUCHED if module_state(source, functions) != EDITED else EDITED)
+                     UNTOUCHED if module_state(source, functions) != EDITED else EDITED,
+                     cell_map)
 
 
 def _is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

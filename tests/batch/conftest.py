@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from course_class import Course, graded_course
 
 
 @pytest.fixture
@@ -36,3 +37,10 @@ def folder_chain() -> Iterator[Callable[[Path, int], Path]]:
                 if not item.is_dir() or item.is_symlink():
                     item.unlink()
             folder.rmdir()
+
+
+
+@pytest.fixture(scope="session")
+def course(tmp_path_factory) -> Course:
+    """A graded class of the toy assignment with a due date and a late policy (course_class)."""
+    return graded_course(tmp_path_factory.mktemp("course"))

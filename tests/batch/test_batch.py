@@ -105,7 +105,7 @@ def test_outputs_for_the_class(graded_class):
     for sid in CLASS:
         for name in ("results.json", "report.json", "report.md", "report.html"):
             assert (out / "reports" / sid / name).is_file()
-    with open(out / "grades.csv", newline="") as f:
+    with open(out / "grades.csv", newline="", encoding="utf-8-sig") as f:
         rows = {row["sid"]: row for row in csv.DictReader(f)}
     assert set(rows) == set(CLASS)
     assert float(rows["alice"]["total"]) == 10
@@ -113,7 +113,15 @@ def test_outputs_for_the_class(graded_class):
     assert "SyntaxError" in rows["carol"]["reason"]
     assert "/etc/autograder-was-here" in rows["mallory"]["reason"]
     assert "203.0.113.9" in rows["mallory"]["reason"]
-    assert (out / "gradescope_scores.csv").is_file()
+    assert (out / "grades.xlsx").is_file()
+    # Canvas's import: everyone but the flagged submission, which waits for a TA.
+    with open(out / "canvas_grades.csv", newline="", encoding="utf-8-sig") as f:
+        canvas = list(csv.reader(f))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                         "Toy assignment"]
+    assert canvas[1][0] == "Points Possible"
+    assert sorted(row[2] for row in canvas[2:]) == sorted(set(CLASS) - {"mallory"})
+    assert not (out / "gradescope_scores.csv").exists()  # no unverified Gradescope import
     index = (out / "index.html").read_text()
     assert all(f"reports/{sid}/report.html" in index for sid in CLASS)
     # The first section: who needs a look, with the reasons (the done-when of issue #13).
@@ -248,7 +256,22 @@ def test_kill_9_then_rerun_gives_the_same_gradebook_as_an_uninterrupted_run(grad
     assert f"{N} submissions: " in stdout and " unchanged" in stdout
 
 
-def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(graded_class, tmp_path):
+def _interrupted_outputs(out: Path, stderr: str) -> None:
+    """What an interrupted batch leaves: the class outputs for every finished submission,
+    and how many finished."""
+    finished = sum(run_counts(out).values())
+    assert 1 <= finished < N
+    assert f"interrupted: {finished} of {N} submissions to grade finished" in stderr
+    assert f"{N - finished} not graded" in stderr
+    with open(out / "grades.csv", newline="", encoding="utf-8-sig") as f:
+        graded = [row for row in csv.DictReader(f)]
+    assert len(graded) == finished
+    index = (out / "index.html").read_text()
+    assert all(f"reports/{row['sid']}/report.html" in index for row in graded)
+
+
+def test_ctrl_c_stops_cleanly_writes_what_finished_and_a_rerun_resumes(graded_class,
+                                                                       tmp_path):
     submissions, uninterrupted = graded_class
     out = tmp_path / "out"
     mark = os.urandom(8).hex()
@@ -259,6 +282,7 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(graded_class, tmp_path):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130
     assert "run the same command again" in stderr
+    _interrupted_outputs(out, stderr)
     time.sleep(1)
     assert _marked(mark) == []  # its workers are gone with it
     rerun = _start(submissions, out)
@@ -266,6 +290,37 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(graded_class, tmp_path):
     assert rerun.returncode == 0
     assert latest_scores(out) == latest_scores(uninterrupted)
     assert set(run_counts(out).values()) == {1}
+
+
+def test_sigterm_stops_like_ctrl_c(graded_class, tmp_path):
+    """A batch stopped by SIGTERM (a scheduler's time limit, `kill`) also writes what it has;
+    by default SIGTERM ended it at once with no grades.csv and no overview."""
+    submissions, _ = graded_class
+    out = tmp_path / "out"
+    mark = os.urandom(8).hex()
+    process = _start(submissions, out, mark=mark)
+    _wait_for_runs(out, 1, process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    _interrupted_outputs(out, stderr)
+    time.sleep(1)
+    assert _marked(mark) == []
+
+
+def test_the_progress_bar_names_the_students_not_the_export_folder():
+    from autograder.batch.driver import progress_label
+    from autograder.batch.records import ClassSubmission, Submitter
+
+    def label(*submitters: Submitter) -> str:
+        return progress_label(ClassSubmission("submission_227444538", Path("x"),
+                                              list(submitters)))
+
+    assert label(Submitter("Ann Lee", "03078615")) == "Ann Lee"
+    assert label(Submitter("Ann Lee", "1"), Submitter("", "2")) == "Ann Lee & 2"  # a group
+    assert label() == "submission_227444538"  # nobody named in the metadata
+    hostile = label(Submitter("\x1b[2J" + "x" * 100, "1"))
+    assert "\x1b" not in hostile and len(hostile) <= 40  # one short inert line
 
 
 def test_bad_options_are_refused_before_anything_is_graded(tmp_path):
@@ -276,6 +331,8 @@ def test_bad_options_are_refused_before_anything_is_graded(tmp_path):
                              str(tmp_path / "o"), "--jobs", "0", "--config", str(CONFIG)],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--jobs" in result.stderr
+    with pytest.raises(BatchError, match="--canvas-id must be the number"):
+        batch(submissions, "toy", tmp_path / "o", canvas_id="abc", config_path=CONFIG)
 
 
 def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):

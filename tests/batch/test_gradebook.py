@@ -82,6 +82,23 @@ def test_a_run_the_grader_failed_on_in_whole_or_in_part_is_graded_again(tmp_path
         assert current()  # the student's own failure
 
 
+def test_a_run_that_withheld_results_now_due_is_graded_again(tmp_path):
+    """As Gradescope's "Regrade all submissions" after the due date: students' files of a run
+    graded before it withheld the multiple choice; a batch run after it grades them again."""
+    def withheld(shown_at: str, count: int = 1) -> dict:
+        return {**report("passed", score=1.0), "release": {
+            "graded_at": "2026-12-01T00:00:00+00:00", "results_shown_at": shown_at,
+            "withheld": count, "withheld_after_due_date": count, "withheld_points": 3.0}}
+
+    with Gradebook(tmp_path / "g.sqlite") as book:
+        for shown_at, count, current in (("2999-01-01T00:00:00+00:00", 1, True),
+                                         ("2020-01-01T00:00:00+00:00", 1, False),
+                                         ("2020-01-01T00:00:00+00:00", 0, True)):
+            book.record(submission(), "toy", GradeOutcome("alice", withheld(shown_at, count),
+                                                          None, 1.0), "h", "g", "a", None)
+            assert book.is_current("alice", "h", "g", "a", None) is current, shown_at
+
+
 def test_a_version_1_gradebook_is_migrated_in_place(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)

@@ -1,4 +1,6 @@
-"""grades.csv and Gradescope's scores file, from real reports of a small toy class."""
+"""grades.csv, grades.xlsx and Canvas's import file, from real reports of a small toy class,
+read back as a spreadsheet program reads them (the CSV's bytes: BOM and quoting; the workbook
+with openpyxl)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,19 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from openpyxl import load_workbook
 from toy_class import FORMULA_NAME, HOSTILE_NAME, LATE_PENALTY, toy_class
 
 from autograder.batch.gradesheet import (
-    GRADESCOPE_COLUMNS,
+    CANVAS_STUDENT,
     number,
     safe_text,
+    write_canvas_csv,
+    write_grades,
     write_grades_csv,
-    write_gradescope_scores_csv,
 )
 from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter
+from autograder.grading.submission_status import SubmissionStatus
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +32,8 @@ def graded(tmp_path_factory):
 
 
 def read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with path.open(newline="", encoding="utf-8") as handle:
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")  # UTF-8, and says so to Excel
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         return list(reader.fieldnames or []), list(reader)
 
@@ -44,7 +50,7 @@ def grades(graded, tmp_path_factory):
 FIRST = ["sid", "name", "email", "status", "total", "raw_total", "max_score",
          "late_penalty_pct", "minutes_late", "part:multiple_choice", "part:coding", "fn:add",
          "fn:divide", "fn:scale", "Q1 sum_shape", "Q2 float_types"]
-LAST = ["reason", "submission", "graded_at"]
+LAST = ["reason", "submission", "graded_at", "override"]
 
 
 def test_columns_follow_the_bank_and_the_suite(grades, graded, tmp_path):
@@ -159,29 +165,115 @@ def test_numbers():
     assert [number(x, 0) for x in (1343.397, 89.5, 0.2)] == ["1343", "90", "0"]
 
 
-# ----------------------------------------------------------------------------- Gradescope
+# ----------------------------------------------------------------------------- spreadsheets
+
+BJORN = Submitter("Björn Ødegård-Núñez, \"Bo\"", "03078615", "bjorn@example.edu")
 
 
-def test_gradescope_scores_file(graded, tmp_path):
-    _, rows, _ = graded
-    path = tmp_path / "gradescope.csv"
-    notes = write_gradescope_scores_csv(rows, path)
+def _with_bjorn(rows: list[GradedSubmission]) -> list[GradedSubmission]:
+    """Alice's submission handed in by a student whose name and SID a spreadsheet mangles."""
+    alice = next(r for r in rows if r.submission.key == "submission_101")
+    return [*rows, dataclasses.replace(alice, submission=ClassSubmission(
+        "submission_107", Path("x"), [BJORN]))]
+
+
+def test_the_csv_quotes_text_and_keeps_names_and_sids(graded, tmp_path):
+    _, rows, assignment = graded
+    path = tmp_path / "grades.csv"
+    write_grades_csv(_with_bjorn(rows), assignment, path)
+    raw = path.read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf")  # the BOM: Excel then reads UTF-8, not ANSI
+    line = next(text for text in raw.decode("utf-8-sig").splitlines() if "03078615" in text)
+    # Text quoted (LibreOffice's "Format quoted field as text" keeps it text), numbers bare.
+    assert line.startswith('"03078615","Björn Ødegård-Núñez, ""Bo""","bjorn@example.edu",'
+                           '"ok",10,10,10,0,0,')
+    _, lines = read(path)
+    bjorn = next(row for row in lines if row["sid"] == "03078615")
+    assert bjorn["name"] == BJORN.name and bjorn["total"] == "10"
+
+
+def test_the_workbook_keeps_sids_as_text_and_numbers_as_numbers(graded, tmp_path):
+    _, rows, assignment = graded
+    assert write_grades(_with_bjorn(rows), assignment, tmp_path, detail=True) == 7
+    sheet = load_workbook(tmp_path / "grades.xlsx").active
+    header = [c.value for c in sheet[1]]
+    _, lines = read(tmp_path / "grades.csv")
+    assert header == list(lines[0])  # the same columns as grades.csv
+    cells = {row[0].value: row for row in sheet.iter_rows(min_row=2)}
+    assert set(cells) == {line["sid"] for line in lines}
+    bjorn = cells["03078615"]  # text, leading zero kept, never a number
+    assert bjorn[0].data_type == "s" and bjorn[0].number_format == "@"
+    assert bjorn[1].value == BJORN.name
+    at = {name: i for i, name in enumerate(header)}
+    assert bjorn[at["total"]].value == 10 and bjorn[at["total"]].data_type == "n"
+    carol = cells["s004"]
+    assert carol[at["minutes_late"]].value == 90 and isinstance(
+        carol[at["total"]].value, float)
+    # A name that is a formula in a CSV is a string cell here, shown as typed, never run.
+    formula = cells["s006"][1]
+    assert formula.value == FORMULA_NAME and formula.data_type == "s"
+    dave = cells["s005"]  # the grader failed: blank cells, not zeros
+    assert dave[at["total"]].value is None and dave[at["status"]].value == "grader_error"
+
+
+# ----------------------------------------------------------------------------- Canvas
+
+
+def _canvas(rows, assignment, path: Path, column: str | None = None):
+    notes = write_canvas_csv(rows, assignment, path, column)
     header, lines = read(path)
-    assert header == GRADESCOPE_COLUMNS == ["Name", "SID", "Email", "Total Score"]
-    # Dave's submission failed in the grader: left out (a blank is not a zero), with a note.
-    assert [line["SID"] for line in lines] == ["s001", "s002", "s003", "s004", "s006"]
-    assert len(notes) == 1 and notes[0].startswith("dave@example.edu: left out, the grader")
-    scores = {line["SID"]: line["Total Score"] for line in lines}
+    return header, lines, notes
+
+
+def test_canvas_import_has_canvas_columns_and_every_gradable_student(graded, tmp_path):
+    _, rows, assignment = graded
+    header, lines, notes = _canvas(_with_bjorn(rows), assignment, tmp_path / "canvas.csv")
+    # What Canvas's importer reads (lib/gradebook_importer.rb): Student, ID, SIS User ID,
+    # SIS Login ID, Section, then the assignments; a "Points Possible" row first.
+    assert header == CANVAS_STUDENT + ["Toy assignment"] == [
+        "Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Toy assignment"]
+    assert lines[0]["Student"] == "Points Possible" and lines[0]["Toy assignment"] == "10"
+    students = {line["SIS User ID"]: line for line in lines[1:]}
+    # Dave's grading failed: left out (a blank cell would clear a grade in Canvas).
+    assert sorted(students) == ["03078615", "s001", "s002", "s003", "s004", "s006"]
+    assert len(notes) == 1 and notes[0].startswith("s005: left out, the grader failed")
     final = {r.submission.key: r.score for r in rows}
-    assert scores["s001"] == "10"
-    assert float(scores["s004"]) == pytest.approx(final["submission_103"], abs=1e-4)
-    assert scores["s002"] == scores["s003"] == number(final["submission_102"], 4)
-    assert next(line for line in lines if line["SID"] == "s006")["Email"] == ""  # SID only
-    assert all(float(score) >= 0 for score in scores.values())
+    assert students["s004"]["Toy assignment"] == number(final["submission_103"])  # late
+    assert students["s002"]["Toy assignment"] == students["s003"]["Toy assignment"]  # a pair
+    assert students["03078615"]["Student"] == BJORN.name
+    assert students["03078615"]["SIS Login ID"] == BJORN.email
+    assert all(line["ID"] == "" and line["Section"] == "" for line in lines)
+    raw = (tmp_path / "canvas.csv").read_text(encoding="utf-8-sig")
+    assert '"03078615"' in raw
 
 
-def test_gradescope_a_student_in_two_submissions_gets_the_latest(graded, tmp_path):
-    _, rows, _ = graded
+def test_canvas_column_names_the_canvas_assignment(graded, tmp_path):
+    _, rows, assignment = graded
+    header, _, _ = _canvas(rows, assignment, tmp_path / "canvas.csv", "Toy assignment (4711)")
+    assert header[-1] == "Toy assignment (4711)"
+
+
+def test_a_flagged_student_never_reaches_canvas_without_a_marker(graded, tmp_path):
+    """A flagged submission's score (10/10 here) is not a grade until a TA has looked: its
+    students are left out of the import, which leaves their Canvas grade as it is, and the
+    note says why; grades.csv keeps the score with its status and reason."""
+    _, rows, assignment = graded
+    alice = next(r for r in rows if r.submission.key == "submission_101")
+    why = "tried to write outside its sandbox: opened /etc/evil for writing"
+    flagged = dataclasses.replace(alice, status=SubmissionStatus("flagged", why, [why]))
+    others = [r for r in rows if r is not alice]
+    _, lines, notes = _canvas([flagged, *others], assignment, tmp_path / "canvas.csv")
+    assert "s001" not in {line["SIS User ID"] for line in lines}
+    assert any(note.startswith("s001: left out, submission_101 is flagged") and why in note
+               for note in notes)
+    write_grades_csv([flagged, *others], assignment, tmp_path / "grades.csv")
+    alice_row = next(line for line in read(tmp_path / "grades.csv")[1] if line["sid"] == "s001")
+    assert (alice_row["status"], alice_row["total"], alice_row["reason"]) == ("flagged", "10",
+                                                                             why)
+
+
+def test_canvas_a_student_in_two_submissions_gets_the_latest(graded, tmp_path):
+    _, rows, assignment = graded
     alice = next(r for r in rows if r.submission.key == "submission_101")
     newer = dataclasses.replace(
         alice, score=4.0, raw_score=4.0,
@@ -191,18 +283,8 @@ def test_gradescope_a_student_in_two_submissions_gets_the_latest(graded, tmp_pat
     nobody = GradedSubmission(ClassSubmission("loose_folder", Path("x"), []), 1, alice.report,
                               1.0, 1.0, 10.0, None, None, alice.graded_at, 1.0)
     for order in ([alice, newer, nobody], [nobody, newer, alice]):
-        notes = write_gradescope_scores_csv(order, tmp_path / "gs.csv")
-        _, lines = read(tmp_path / "gs.csv")
-        assert [(line["SID"], line["Total Score"]) for line in lines] == [("s001", "4")]
+        _, lines, notes = _canvas(order, assignment, tmp_path / "canvas.csv")
+        assert [(line["SIS User ID"], line["Toy assignment"]) for line in lines[1:]] == \
+            [("s001", "4")]
         assert any("submission_201 (the latest) is used" in note for note in notes)
-        assert any(note.startswith("loose_folder: left out, no email or SID") for note in notes)
-
-
-def test_gradescope_matches_email_case_insensitively(graded, tmp_path):
-    _, rows, _ = graded
-    alice = next(r for r in rows if r.submission.key == "submission_101")
-    shouting = dataclasses.replace(alice, submission=dataclasses.replace(
-        alice.submission, key="submission_301",
-        submitters=[Submitter("Alice Martin", "s001", "ALICE@example.edu")]))
-    notes = write_gradescope_scores_csv([alice, shouting], tmp_path / "gs.csv")
-    assert len(read(tmp_path / "gs.csv")[1]) == 1 and len(notes) == 1
+        assert any(note.startswith("loose_folder: left out, no SID or email") for note in notes)

@@ -28,7 +28,13 @@ import pytest
 from toy_class import CONFIG, FORMULA_NAME, HOSTILE_ERROR, HOSTILE_NAME, toy_class
 
 from autograder.batch.overview import duration, normalise, report_link, shade, write_overview
-from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter, report_folder
+from autograder.batch.records import (
+    ClassSubmission,
+    GradedSubmission,
+    LateStatus,
+    Submitter,
+    report_folder,
+)
 from autograder.grading.submission_status import SubmissionStatus
 from autograder.project.assignment import load_assignment
 
@@ -147,6 +153,8 @@ def page(tmp_path_factory):
                                           [Submitter("Eve Hacker", "s007", "eve@example.edu")]),
         status=SubmissionStatus("flagged", FLAGGED, [FLAGGED]))
     shutil.copytree(out / "reports" / "s001", out / "reports" / "s007")
+    # The batch gives every member of a group a report folder of their own.
+    shutil.copytree(out / "reports" / "s002", out / "reports" / "s003")
     rows = [*rows, eve]
     index = write_overview(rows, assignment, out)
     assert index == out / "index.html"
@@ -261,8 +269,8 @@ def test_every_report_link_opens_an_existing_report(shown, page, browser):
     out, _ = page
     reports = [link for link in shown["links"] if link["text"] == "report"]
     hrefs = {link["href"] for link in reports}
-    assert hrefs == {f"reports/{sid}/report.html" for sid in ("s001", "s002", "s004", "s006",
-                                                               "s007")}
+    assert hrefs == {f"reports/{sid}/report.html" for sid in ("s001", "s002", "s003", "s004",
+                                                               "s006", "s007")}
     for link in shown["links"]:
         if link["href"].startswith("reports/"):
             assert link["url"].startswith("file://")
@@ -271,6 +279,13 @@ def test_every_report_link_opens_an_existing_report(shown, page, browser):
             assert link["href"].startswith("#"), link  # the rest stay on the page
     browser.open(reports[0]["url"])  # and the browser opens it
     assert browser.js("return document.title").startswith("Toy assignment: ")
+
+
+def test_every_member_of_a_group_has_a_report_link(shown):
+    pair = next(row for row in shown["students"] if "Bob Stone" in row[0])
+    assert pair[-1].split("\n") == ["report", "report"]  # one per member, beside each name
+    links = {link["href"] for link in shown["links"] if link["text"] == "report"}
+    assert {"reports/s002/report.html", "reports/s003/report.html"} <= links
 
 
 def test_students_by_function_sorted_by_total(shown):
@@ -372,6 +387,47 @@ def test_a_large_class_keeps_each_part_within_one_screen(tmp_path, browser):
     assert all(len(row[2].split("\n")) >= 1 for row in state["failures"])
     many = [row for row in state["failures"] if int(row[0]) > 5]
     assert all(row[3].endswith("submissions") for row in many)  # a folded list, not 40 names
+
+
+WIDTH = 1280  # px: a laptop's window; the page must not scroll sideways in it
+
+
+def test_a_large_class_fits_1280_pixels_without_scrolling_sideways(tmp_path, browser):
+    """dp_basics (a dozen functions) with long names, groups, late submissions and long failure
+    messages: nothing overflows a 1280 px window, and every report link is inside it."""
+    assignment = load_assignment("dp_basics")
+    rows = _synthetic_class(assignment, 30, 3)
+    for i, row in enumerate(rows[:6]):  # groups with long names, late by days
+        row.submission.submitters.append(Submitter(
+            f"Maximiliana Konstantinopoulou-Schwarzenegger {i}", f"0307861{i}"))
+        row.late = LateStatus(3 * 24 * 60 + 7, 3, 0.3, "late")
+        row.report["tests"][-1]["message"] = "x" * 400 + " " + "y" * 200
+    for row in rows[6:9]:  # who needs a look, with long reasons
+        why = "tried to write outside its sandbox: opened /" + "very/deep/" * 30 + "file"
+        row.status = SubmissionStatus("flagged", why, [why])
+    for row in rows:
+        (tmp_path / "reports" / report_folder(row.submission.sid)).mkdir(parents=True)
+        for student in row.submission.submitters:
+            folder = tmp_path / "reports" / report_folder(student.sid)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "report.html").write_text("<title>r</title>")
+    write_overview(rows, assignment, tmp_path)
+    browser.open((tmp_path / "index.html").as_uri())
+    state = browser.js("""
+        const right = (e) => e.getBoundingClientRect().right;
+        return {inner: window.innerWidth,
+                scroll: document.documentElement.scrollWidth,
+                widest: Math.max(...[...document.querySelectorAll('body *')].map(right)),
+                links: [...document.querySelectorAll('a[href^="reports/"]')].map(
+                    (a) => ({right: right(a), href: a.getAttribute('href')}))};""")
+    browser.screenshot(tmp_path / "wide.png")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copyfile(tmp_path / "wide.png", ARTIFACTS / "overview-1280.png")
+    assert state["inner"] == WIDTH
+    assert state["scroll"] <= WIDTH and state["widest"] <= WIDTH, state["widest"]
+    students = sum(len(r.submission.submitters) for r in rows)
+    table_links = [link for link in state["links"] if 0 < link["right"] <= WIDTH]
+    assert len(table_links) >= students  # every student's report link, in view
 
 
 # ----------------------------------------------------------------------------- helpers

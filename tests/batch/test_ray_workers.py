@@ -33,9 +33,11 @@ from autograder.batch.bundles import pack_assignment
 from autograder.batch.listeners import descendants, listeners
 from autograder.batch.ray_grader import RayGrader
 from autograder.batch.ray_workers import gpus_per_task, run_ray
-from autograder.batch.records import GradeOutcome, GradeTask, LateStatus
+from autograder.batch.records import GradeOutcome, GradeTask
 from autograder.grading.grade import grade_loaded
+from autograder.grading.late import SubmissionDates
 from autograder.project.assignment import load_assignment
+from autograder.project.late_policy import parse_timestamp
 
 ray = pytest.importorskip("ray")
 
@@ -44,10 +46,21 @@ CONFIG = TOY / "grading.yml"
 GOOD = TOY / "submissions" / "good"
 
 
-def task(tmp_path: Path, key: str, submission: Path | str, late: LateStatus | None = None,
+def task(tmp_path: Path, key: str, submission: Path | str, dates: SubmissionDates | None = None,
          config: Path = CONFIG) -> GradeTask:
     return GradeTask(key=key, submission=str(submission), out=str(tmp_path / "ray" / key),
-                     assignment="toy", config_path=str(config), late=late)
+                     assignment="toy", config_path=str(config), dates=dates)
+
+
+def late_course(tmp_path: Path) -> Path:
+    """The toy course with a due date (long past) and 10% off per started day."""
+    root = tmp_path / "late_course"
+    shutil.copytree(TOY, root)
+    config = root / "grading.yml"
+    config.write_text(config.read_text().replace(
+        "    module: toy\n", '    module: toy\n    due: "2020-01-01T00:00:00Z"\n'
+        "    late: {policy: per_day, percent_per_day: 10}\n"))
+    return config
 
 
 def submission(tmp_path: Path, name: str, source: str | None, answers: str) -> Path:
@@ -207,13 +220,14 @@ def test_scores_equal_those_of_grade(cluster, tmp_path):
         "syntax_error": submission(tmp_path, "broken", "def add(a, b)\n", "sum_shape: A\n"),
         "missing": tmp_path / "no-such-folder",  # not packed: an error outcome of its own
     }
-    late = LateStatus(minutes_late=90, days_late=1, penalty=0.1, message="1 day late: -10%")
-    tasks = [task(tmp_path, key, path, late=late if key == "good" else None)
+    config = late_course(tmp_path)
+    late = SubmissionDates(created_at=parse_timestamp("2020-01-01T01:30:00Z"))  # 1 day: -10%
+    tasks = [task(tmp_path, key, path, dates=late if key == "good" else None, config=config)
              for key, path in subs.items()]
     # The toy assignment has a GPU test: each actor holds a GPU of its own. The instance is
     # already running: used as it is.
     outcomes = by_key(run_ray(tasks, jobs=2, needs_gpu=True))
-    toy = load_assignment("toy", CONFIG)
+    toy = load_assignment("toy", config)
     assert ray.is_initialized()
     assert set(outcomes) == set(subs)
     missing = outcomes.pop("missing")
@@ -224,7 +238,7 @@ def test_scores_equal_those_of_grade(cluster, tmp_path):
         assert outcome.seconds > 0
         json.dumps(asdict(outcome))  # plain JSON
         local = asdict(grade_loaded(subs[key], toy, tmp_path / "local" / key,
-                                    late=late if key == "good" else None))
+                                    dates=late if key == "good" else None))
         report = outcome.report
         assert (report["score"], report["max_score"]) == (local["score"], local["max_score"])
         assert [p["score"] for p in report["parts"]] == [p["score"] for p in local["parts"]]

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 import pytest
 
 from autograder.gradescope.bundle import FALLBACK_MESSAGE
 from autograder.gradescope.container import GRADESCOPE, SELF_HOSTED, ContainerRun, Limits
+from autograder.grading.late import results_shown_at
 from autograder.project.assignment import load_assignment
 
 pytestmark = pytest.mark.container
@@ -46,7 +48,13 @@ def graded(image, submission):
 
 
 def full_marks(name: str) -> float:
+    """What the reference with the full key shows the student now: all of it once the
+    multiple choice is shown (after the due date and the late period), the coding part before
+    (autograder.grading.visibility)."""
     config = load_assignment(name).config
+    shown = results_shown_at(config, None)
+    if shown is None or datetime.now(timezone.utc) < shown:
+        return config.coding.points
     return config.multiple_choice.points + config.coding.points
 
 
@@ -149,5 +157,6 @@ def test_instructors_try_a_bundle_from_the_command_line(image, submission, tmp_p
                            "--try", str(folder)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith(folder.name))
-    assert "score 100 in" in line and "isolation uid" in line and "status ok" in line, line
+    assert f"score {full_marks('dp_basics'):g} in" in line, line
+    assert "isolation uid" in line and "status ok" in line, line
     assert "problem:" not in done.stdout

@@ -41,6 +41,7 @@ ASSIGNMENT = load_assignment("dp_basics")
 SOURCE = ASSIGNMENT.solution.read_text()
 KEY = yaml.safe_dump(key_answers(ASSIGNMENT.bank))
 TORCH = Project().torch_requirement()
+CONFIG_DUE = load_config(GRADING_CONFIG)["dp_basics"].due
 
 
 @pytest.mark.parametrize("name", sorted(load_config(GRADING_CONFIG)))
@@ -88,13 +89,18 @@ def run_autograder(root: Path, python: str = sys.executable,
     return results, proc.stdout + proc.stderr
 
 
+# Before the due date, whatever today is: Gradescope's late due date (in 3000) holds back the
+# multiple choice's right or wrong (tests/grading/test_visibility.py grades after one too).
+ON_TIME = {"created_at": "2026-12-10T12:00:00.000000-05:00",
+           "assignment": {"due_date": CONFIG_DUE, "late_due_date": "3000-01-01T00:00:00Z"}}
 SUBMISSIONS = {
     "reference": ({"dp_basics.py": reference(SOURCE), "answers.yml": KEY},
-                  {"users": [{"name": "Ada Lovelace", "email": "ada@example.org", "id": 1}]}),
+                  {**ON_TIME, "users": [{"name": "Ada Lovelace", "email": "ada@example.org",
+                                         "id": 1}]}),
     "blank": ({"dp_basics.py": strip_solutions(SOURCE),
                "answers.yml": answers_template(ASSIGNMENT)}, None),
     "syntax_error": ({"dp_basics.py": "def wrap_data_parallel(model)\n    return model\n",
-                      "answers.yml": KEY}, None),
+                      "answers.yml": KEY}, ON_TIME),
 }
 
 
@@ -145,10 +151,15 @@ def test_bundle_layout(bundle: Path) -> None:
 
 
 def test_reference_scores_full_marks_with_the_students_name(graded) -> None:
-    results, _ = graded["reference"]
-    assert results["score"] == 100
+    results, output = graded["reference"]
+    # Before the due date the student sees the coding part, told so; staff see the full 100.
+    assert results["score"] == 70 and "This score counts the coding part only" in \
+        results["output"]
+    assert re.search(r"^total +100 / 100$", output, re.MULTILINE)
     assert results["output"].startswith("Submitted by Ada Lovelace.\n")
     assert all(t["score"] == t["max_score"] for t in results["tests"] if t.get("status"))
+    assert "Late: Submitted on time." in results["output"]  # as a batch says it
+    assert not [t for t in results["tests"] if t["tags"] == ["late"]]
 
 
 def test_blank_template_scores_zero(graded) -> None:
@@ -160,8 +171,9 @@ def test_blank_template_scores_zero(graded) -> None:
 
 
 def test_syntax_error_fails_the_code_but_grades_the_answers(graded) -> None:
-    results, _ = graded["syntax_error"]
-    assert results["score"] == 30
+    results, output = graded["syntax_error"]
+    assert results["score"] == 0  # the answers count once shown, after the due date
+    assert re.search(r"^multiple_choice +30 / 30$", output, re.MULTILINE)
     coding = [t for t in results["tests"] if "coding" in t["tags"] and t.get("status")]
     assert coding and all("SyntaxError" in t["output"] for t in coding)
 

@@ -214,7 +214,8 @@ def test_a_sandbox_that_cannot_start_is_a_grading_error_with_no_report(tmp_path,
 
 def test_multiple_choice_right_or_wrong_after_the_due_date_problems_at_once(tmp_path):
     """grading.yml's default: per-question correctness `after_due_date` (resubmissions would
-    give the key away), unanswered and malformed answers `visible`, the totals visible."""
+    give the key away), unanswered and malformed answers `visible`. Without a due date the
+    right or wrong answers wait (tests/grading/test_visibility.py: before and after one)."""
     course = tmp_path / "course"
     shutil.copytree(TOY, course)
     config = course / "grading.yml"
@@ -227,10 +228,12 @@ def test_multiple_choice_right_or_wrong_after_the_due_date_problems_at_once(tmp_
     visibility = {t["name"]: t["visibility"] for t in results["tests"]}
     assert visibility["Q1 sum_shape"] == "after_due_date"
     assert visibility["Q2 float_types"] == "visible"
-    assert results["visibility"] == "visible" and results["score"] == report.score == 9
+    # The full score counts the right answer; what the student sees counts only the coding.
+    assert report.score == 9 and results["visibility"] == "visible" and results["score"] == 8
     malformed = next(t for t in results["tests"] if t["name"] == "Q2 float_types")
     assert not malformed["output"].startswith("Q2 float_types")  # the heading is not repeated
+    assert malformed["output"].splitlines()[1:] == []  # the key waits, as the answer's result
     md = (out / "report.md").read_text()
     assert "### Q2 float\\_types (0 / 1)" in md and "Q1 sum\\_shape" not in md
-    assert "Which answers are right is shown after the due date" in md
-    assert "| Multiple choice | 1 | 2 |" in md
+    assert "Which answers are right is shown after the due date (none is set yet)" in md
+    assert "| Multiple choice | 0 | 2 |" in md

@@ -1,13 +1,22 @@
 """The late policy: grading.yml's `late` object and `late_status` (days rounded up after the
-grace period, penalty capped, timezone-aware comparisons)."""
+grace period, penalty capped, timezone-aware comparisons); one submission's late entry
+(`late_entry`, with an extension) and when its after_due_date results are shown."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from autograder.grading.late import LateStatus, late_status
+from autograder.grading.late import (
+    LateStatus,
+    SubmissionDates,
+    late_entry,
+    late_period_end,
+    late_status,
+    results_shown_at,
+)
 from autograder.project.config import ConfigError, load_config
 from autograder.project.late_policy import LatePolicy, parse_timestamp
 from autograder.project.paths import GRADING_CONFIG
@@ -172,3 +181,46 @@ def test_a_per_day_policy_needs_a_due_date(tmp_path):
     with pytest.raises(ConfigError, match=r"late.policy is 'per_day', but the assignment has no "
                                           r"due date"):
         config(tmp_path, late="late: {policy: per_day}")
+
+
+# --------------------------------------------------------------------------- one submission
+
+DP_BASICS = load_config(GRADING_CONFIG)["dp_basics"]  # due 2026-12-14 23:59 -05:00, 10%/day
+
+
+def test_the_late_entry_of_a_submission_counts_from_grading_yml_or_an_extension():
+    two_days = SubmissionDates(created_at=at(2 * 1440))
+    assert late_entry(DP_BASICS, two_days) == late_status(at(2 * 1440), DUE, DP_BASICS.late)
+    assert late_entry(DP_BASICS, two_days).penalty == 0.2
+    # An extension of three days: on time. One that is earlier than the due date: no change.
+    extended = SubmissionDates(created_at=at(2 * 1440), extended_due=at(3 * 1440))
+    assert late_entry(DP_BASICS, extended).penalty == 0
+    earlier = SubmissionDates(created_at=at(2 * 1440), extended_due=at(-1440))
+    assert late_entry(DP_BASICS, earlier) == late_entry(DP_BASICS, two_days)
+    assert late_entry(DP_BASICS, SubmissionDates()) is None and late_entry(DP_BASICS, None) is None
+
+
+def test_results_are_shown_once_no_late_submission_can_earn_points():
+    # 15 minutes of grace and 3 days at 10% a day: the last submission that earns is due + 3 d
+    # 15 min; at 10% a day without max_days, due + 9 days (the 10th day takes it all).
+    assert results_shown_at(DP_BASICS, None) == DUE_UTC + timedelta(days=3, minutes=15)
+    assert late_period_end(DUE_UTC, LatePolicy("per_day", 10, None, 0)) == \
+        DUE_UTC + timedelta(days=9)
+    assert late_period_end(DUE_UTC, LatePolicy("per_day", 0, None, 0)) == DUE_UTC
+    assert late_period_end(DUE_UTC, LatePolicy("none", 10, 3, 15)) == DUE_UTC
+    # A student's extension moves their own date; Gradescope's later late due date holds it.
+    extended = SubmissionDates(extended_due=at(2 * 1440))
+    assert results_shown_at(DP_BASICS, extended) == at(5 * 1440 + 15)
+    closes = SubmissionDates(platform_closes=at(10 * 1440))
+    assert results_shown_at(DP_BASICS, closes) == at(10 * 1440)
+
+
+def test_without_a_due_date_results_wait_for_one(tmp_path):
+    hw = config(tmp_path)
+    assert results_shown_at(hw, None) is None
+    assert results_shown_at(hw, SubmissionDates(platform_closes=at(0))) == at(0)
+
+
+def test_submission_dates_travel_as_json():
+    dates = SubmissionDates(created_at=at(1), extended_due=None, platform_closes=at(2))
+    assert SubmissionDates.from_json(json.loads(json.dumps(dates.to_json()))) == dates

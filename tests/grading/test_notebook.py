@@ -343,3 +343,90 @@ def test_left_out_cells_are_named_with_how_to_keep_a_helper(tmp_path: Path) -> N
         "graded code uses _strip: to keep a helper, move it into a solution cell (the cell of a "
         "function you were given, e.g. the function that uses it): only those cells and the "
         "locked cells are graded"]
+
+
+# ----------------------------------------------------------------------------- cells, not lines
+
+
+def _solution_cell(grade_id: str, source: str) -> dict:
+    return {"cell_type": "code", "metadata": {"nbgrader": {"solution": True,
+                                                           "grade_id": grade_id}},
+            "source": source}
+
+
+def test_a_future_import_in_any_cell_works(tmp_path: Path) -> None:
+    """Jupyter takes `from __future__ import annotations` in a later cell; a module takes it
+    only at its top, so it is moved there (the cell keeps its lines: errors still name it)."""
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        _solution_cell("f", "def f():\n    return 1\n"),
+        _solution_cell("g", "from __future__ import annotations\n\n"
+                            "def g(x: NotDefinedYet) -> int:\n    return 2\n"),
+    ]}
+    extracted = extract_module(write(tmp_path, "dp_basics.ipynb", nb), MODULE)
+    namespace: dict = {}
+    exec(compile(extracted.source, "dp_basics.py", "exec"), namespace)  # no SyntaxError
+    assert namespace["g"](None) == 2 and namespace["f"]() == 1
+    lines = extracted.source.splitlines()
+    assert lines[1].startswith("from __future__ import annotations")
+    # The cell map points at each cell's first line of code, as the student wrote it.
+    assert [(n, first) for _, n, first in extracted.cells] == [
+        (1, "def f():"), (2, "from __future__ import annotations")]
+    start = extracted.cells[1][0]  # 1-based; the cell's lines keep their places
+    assert lines[start - 1].endswith("from __future__ import annotations")
+    assert lines[start] == "" and lines[start + 1].startswith("def g(")
+
+
+def test_errors_name_the_cell_and_its_first_line_not_a_line_of_the_module(tmp_path) -> None:
+    from autograder.sandbox_runtime import cells
+    from autograder.sandbox_runtime.worker import _student_frames
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": "intro"},
+        _solution_cell("f", "def f(x):\n    y = x + 1\n    raise ValueError(y)\n"),
+        _solution_cell("g", "def g(:\n    pass\n"),
+    ]}
+    extracted = extract_module(write(tmp_path, "dp_basics.ipynb", nb), MODULE)
+    folder = tmp_path / "sandbox"
+    folder.mkdir()
+    module = folder / f"{MODULE}.py"
+    (folder / cells.map_name(MODULE)).write_text(json.dumps(extracted.cells))
+    good = extracted.source.replace("def g(:", "def g():")
+    namespace: dict = {}
+    exec(compile(good, str(module), "exec"), namespace)
+    with pytest.raises(ValueError) as raised:
+        namespace["f"](1)
+    assert _student_frames(raised.value, MODULE) == 'cell 2 ("def f(x):"), line 3 in f'
+    with pytest.raises(SyntaxError) as bad:
+        compile(extracted.source, str(module), "exec")
+    assert _student_frames(bad.value, MODULE) == 'cell 3 ("def g(:"), line 1: def g(:'
+    (folder / cells.map_name(MODULE)).unlink()  # a .py upload: lines of the file, as before
+    assert _student_frames(raised.value, MODULE).startswith("line ")
+
+
+@pytest.mark.slow
+def test_a_graded_notebook_names_the_cell_of_an_error_and_takes_a_late_future_import(
+        tmp_path: Path) -> None:
+    nb = notebook()
+    functions = _reference_functions()
+    number = None
+    for index, cell in enumerate(nb["cells"], 1):
+        grade_id = cell["metadata"]["nbgrader"]["grade_id"]
+        if not cell["metadata"]["nbgrader"]["solution"]:
+            continue
+        cell["source"] = functions[grade_id]
+        if grade_id == "unwrap_model":
+            number = index
+            cell["source"] = ("from __future__ import annotations\n\n"
+                              "def unwrap_model(model: nn.Module) -> nn.Module:\n"
+                              "    raise ValueError('on purpose')\n")
+    folder = tmp_path / "submission"
+    write(folder, "dp_basics.ipynb", nb)
+    report = grade_loaded(folder, ASSIGNMENT, tmp_path / "out")
+    messages = [t.message for t in report.tests if t.item == "unwrap_model"]
+    assert messages and all("could not be imported" not in m for m in messages)
+    assert any(f'cell {number} ("from __future__ import annotations"), line 4 in '
+               "unwrap_model" in m for m in messages), messages
+    assert not any("line 1" in m and "dp_basics.py" in m for m in messages)
+    # The module imported: a function that does not call unwrap_model passes.
+    wrap = [t for t in report.tests if t.item == "wrap_data_parallel"]
+    assert wrap and all(t.status in ("passed", "excluded") for t in wrap)

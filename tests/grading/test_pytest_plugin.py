@@ -48,6 +48,17 @@ def test_bad_visibility(student):
     """divide: is shown to nobody"""
 
 
+@pytest.mark.visibility("hidden")
+def test_hidden_with_points(student):
+    """divide: counts, and is shown to nobody"""
+
+
+@pytest.mark.visibility("after_published")
+@pytest.mark.weight(0)
+def test_published_worth_nothing(student):
+    """divide: worth nothing, shown when the grades are published"""
+
+
 @pytest.mark.uses("add", "nope")
 def test_uses_unknown(student):
     """divide: calls a function that does not exist"""
@@ -82,6 +93,8 @@ def test_every_problem_of_a_broken_suite_is_listed_at_once(assignment, tmp_path)
         ("test_text_weight", "@pytest.mark.points(w) needs a number w >= 0"),
         ("test_bad_visibility", "visibility 'secret' is not one of ('hidden', "
                                 "'after_due_date', 'after_published', 'visible')"),
+        ("test_hidden_with_points", "visibility 'hidden' on a test worth points: students' "
+                                    "totals count only what they are shown"),
         ("test_uses_unknown", "@pytest.mark.uses('nope') names no function of"),
         (None, "grading.yml gives scale 2 points, but it has no hidden test with a weight "
                "above 0"),

@@ -1,17 +1,19 @@
 """What students see in results.json, report.md and report.html: points in hundredths that add
 up, one entry per function not implemented yet, GPU exclusions as one note, per-function
-subtotals, the graded file, multiple-choice correctness after the due date."""
+subtotals, the graded file, multiple-choice correctness after the due date (what is withheld
+before it: tests/grading/test_visibility.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from autograder.grading.late import LateStatus
 from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
 from autograder.grading.results import CodingOutcome, apply_late, build_report, coding_results
 from autograder.grading.results import TestResult as Result  # not a pytest class
+from autograder.grading.visibility import Release, student_view
 from autograder.project.config import load_config
 from autograder.project.inert import clip
 from autograder.project.paths import GRADING_CONFIG
@@ -22,8 +24,10 @@ STUB = "{0} raised NotImplementedError: {0} is not implemented yet (line 50 in {
 CAUSES = {"passed": "passed", "stub": "not_implemented"}
 
 
-def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=None):
-    """Two tests per function (and one GPU test of setup_ddp worth `gpu_points`, left out)."""
+def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=None,
+              mc_visibility: str = "visible"):
+    """Two tests per function (and one GPU test of setup_ddp worth `gpu_points`, left out),
+    twenty questions of `mc_visibility`."""
     outcomes = []
     for function, total in CONFIG.functions.items():
         total -= gpu_points if function == "setup_ddp" else 0
@@ -41,7 +45,7 @@ def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=Non
     tests = coding_results(outcomes, CONFIG, warnings)
     tests += [Result(f"Q{i} q{i:02}", "multiple_choice", f"q{i:02}", 1.5 if i % 3 else 0.0,
                      1.5, "passed" if i % 3 else "failed", "answered", "" if i % 3 else "A: no",
-                     "after_due_date") for i in range(1, 21)]
+                     mc_visibility) for i in range(1, 21)]
     environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
     return build_report(CONFIG, "s", tests, warnings, environment, 1.0, graded_file)
 
@@ -107,12 +111,14 @@ def test_graded_file_is_said_first() -> None:
 
 
 def test_multiple_choice_correctness_shows_after_the_due_date() -> None:
-    report = report_of({})
-    before = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    after = datetime(2027, 1, 1, tzinfo=timezone.utc)
-    mc_before = _part_views(report, before)[0]
+    report = report_of({}, mc_visibility="after_due_date")
+    due = datetime(2026, 12, 18, 5, 14, tzinfo=timezone.utc)
+    report.release = Release(due - timedelta(seconds=1), due).record(report.tests)
+    mc_before = _part_views(student_view(report))[0]
     assert mc_before.withheld == mc_before.after_due == 20 and not mc_before.failed
-    mc_after = _part_views(report, after)[0]
+    assert mc_before.withheld_points == 30
+    report.release = Release(due, due).record(report.tests)
+    mc_after = _part_views(student_view(report))[0]
     assert mc_after.withheld == 0 and len(mc_after.failed) == 6
 
 
@@ -142,3 +148,25 @@ def test_excerpt_for_hidden_tests_cuts_at_a_word() -> None:
 
     assert excerpt('Unexpected key(s): "bias", "weight", "subbias", "subweight"', 40) == \
         'Unexpected key(s): "bias", "weight"\u2026'
+
+
+def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
+    """Eleven unanswered questions were eleven boxes that pushed the coding part below the
+    fold; now one line lists them, and a wrong answer keeps its own box."""
+    report = report_of({})
+    for t in report.tests:
+        if t.part == "multiple_choice":
+            t.visibility = "visible"  # answer problems show at once
+            if int(t.item[1:]) % 2:
+                t.status, t.score, t.message = "failed", 0.0, "not answered"
+    view = _part_views(report)[0]
+    odd = [f"q{i:02}" for i in range(1, 21, 2)]
+    assert [t.item for t in view.unanswered] == odd
+    assert [t.item for t in view.failed] == ["q06", "q12", "q18"]  # wrong, not left out
+    assert view.unanswered_line == f"Not answered (10 questions, 15 points): {', '.join(odd)}"
+    write_outputs(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert md.count("not answered") == 0 and md.count("Not answered (10 questions") == 1
+    assert "q01, q03, q05" in html and html.count('class="test"') == 3
+    assert "Everything" not in md.split("## Coding")[0]

@@ -11,6 +11,7 @@ from autograder.project.config import (
     ConfigError,
     PartConfig,
     SandboxLimits,
+    SimilarityPolicy,
     default_limits,
     load_config,
 )
@@ -46,6 +47,10 @@ def test_defaults_come_from_the_schema(tmp_path):
     config = load_config(write(tmp_path, VALID))["hw"]
     assert config.gpu_policy == "reweight" and config.call_timeout == 10
     assert config.limits.output_bytes == 1024 * 1024 and config.reveal_key is False
+    similarity = json.loads((SCHEMAS_DIR / "grading.schema.json").read_text())["$defs"][
+        "assignment"]["properties"]["similarity"]["properties"]
+    assert config.similarity == SimilarityPolicy(
+        **{name: spec["default"] for name, spec in similarity.items()})
 
 
 # Job fields that the supervisor copies from grading.yml (the rest are the runner's own state).
@@ -53,7 +58,8 @@ JOB_FROM_CONFIG = {"test_timeout", "rank_retries", "crash_limit", "import_timeou
                    "budget_factor", "budget_floor", "limits"}
 
 
-@pytest.mark.parametrize("record", [SandboxLimits, AssignmentConfig, PartConfig, LatePolicy, Job])
+@pytest.mark.parametrize("record", [SandboxLimits, AssignmentConfig, PartConfig, LatePolicy,
+                                    SimilarityPolicy, Job])
 def test_records_of_grading_yml_have_no_defaults_of_their_own(record):
     # The schema is the one source of every default: a default here would drift from it (as
     # cpu_seconds once did: 120 here, 300 in the schema).
@@ -88,6 +94,11 @@ def test_default_limits_are_the_schemas(tmp_path):
     (("title: Homework", "title: Homework\n    timeouts: {cal: 3}"),
      "assignments.hw.timeouts: Additional properties are not allowed ('cal' was unexpected)"),
     (("f: 2", "f: 1"), "coding.functions add up to 4, but parts.coding.points is 5"),
+    (("title: Homework", "title: Homework\n    similarity: {threshold: 1.5}"),
+     "assignments.hw.similarity.threshold: 1.5 is greater than the maximum of 1"),
+    (("title: Homework", "title: Homework\n    similarity: {noise_threshold: 30, "
+      "guarantee_threshold: 20}"),
+     "similarity.guarantee_threshold (20) is below its noise_threshold (30)"),
 ])
 def test_errors_name_the_bad_key(tmp_path, change, message):
     with pytest.raises(ConfigError) as info:

@@ -283,7 +283,8 @@ def graded(assigned: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     (submission / "answers.yml").write_text(answers_yaml(key))
     grading = subprocess.Popen(
         [sys.executable, "-m", "autograder.cli", "grade", str(submission), "--assignment",
-         MODULE, "--out", str(base / "graded")], cwd=ROOT, stdout=subprocess.PIPE,
+         MODULE, "--out", str(base / "student"), "--staff-out", str(base / "graded")],
+        cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     # The broken notebook as this project's grader reads it, and its answers as answers.yml.
     check_dir = base / "check"
@@ -300,7 +301,7 @@ def graded(assigned: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         assert results.is_file(), f"otter run ({label}) wrote no results.json:\n{log[-3000:]}"
         out[label] = json.loads(results.read_text())
     log, _ = grading.communicate(timeout=TIMEOUT_S)
-    report = base / "graded" / "report.json"
+    report = base / "graded" / "report.json"  # the full report (--staff-out)
     assert report.is_file(), f"autograder grade wrote no report:\n{log[-3000:]}"
     out["grade"] = json.loads(report.read_text())
     return out

@@ -1,0 +1,113 @@
+"""What students may see of a class's grading, and nothing else: `release_feedback(out, to)`,
+the API behind `autograder release-feedback`.
+
+For each student of the last batch's roster, the report files that grading wrote for them under
+OUT/reports/<sid>/ (`report.REPORT_FILES`: results.json, report.json, report.md, report.html,
+which follow each test's visibility as of the grading time) are copied to TO/<sid>/, one folder
+per student, ready to hand back. Nothing else goes there: not the sandbox events or flags
+(kept for staff, never in a report), not the statuses, the similarity check, the overrides and
+their reasons, the gradebook, the CSVs or the class overview. A student whose submission the
+grader failed on gets no folder until it is regraded (the notes say who).
+
+TO is written whole, then put in place of the previous release (a folder holding the
+RELEASE_MARK file); a folder that is not a release is never replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from autograder.batch.driver import BatchError, exclusive
+from autograder.batch.gradebook import Gradebook
+from autograder.batch.gradesheet import members
+from autograder.batch.records import report_folder
+from autograder.grading.report import REPORT_FILES
+from autograder.project.inert import label
+
+RELEASE_MARK = ".autograder-feedback"  # in TO itself, beside (never inside) the students' folders
+
+
+@dataclass
+class Released:
+    """What one release wrote."""
+
+    to: Path
+    students: list[str] = field(default_factory=list)  # sids, each with a folder TO/<sid>/
+    notes: list[str] = field(default_factory=list)  # who got nothing, and why
+
+
+def release_feedback(out: Path, to: Path | None = None,
+                     assignment: str | None = None) -> Released:
+    """Copy every student's report files from OUT/reports/ into TO/<sid>/ (default:
+    OUT/feedback); returns who got a folder and notes on who did not. Raises BatchError
+    without a gradebook, when OUT's gradebook is not of `assignment` (when given), or when TO
+    is a folder that a release did not make."""
+    to = (to or out / "feedback").resolve()
+    if not (out / "gradebook.sqlite").is_file():
+        raise BatchError(f"no gradebook in {out}: run `autograder batch ... --out {out}` first")
+    if assignment is not None:
+        with Gradebook(out / "gradebook.sqlite") as book:
+            graded = book.assignments()
+        if assignment not in graded:
+            raise BatchError(f"{out / 'gradebook.sqlite'} holds "
+                             f"{', '.join(sorted(graded)) or 'no run'}, not {assignment}")
+    reports = (out / "reports").resolve()
+    if to == out.resolve() or to == reports or reports in to.parents or to in reports.parents:
+        raise BatchError(f"{to}: release into a folder of its own, not OUT or its reports")
+    if to.exists() and (not to.is_dir() or (any(to.iterdir())
+                                            and not (to / RELEASE_MARK).is_file())):
+        raise BatchError(f"{to} exists and is not an earlier release (no {RELEASE_MARK}): "
+                         "choose another folder, or empty it")
+    done = Released(to)
+    fresh = to.with_name(f".{to.name}.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    try:
+        _copy(out, fresh, done)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    (fresh / RELEASE_MARK).write_text(json.dumps({
+        "released_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "students": len(done.students)}) + "\n", encoding="utf-8")
+    _swap(fresh, to)
+    return done
+
+
+def _copy(out: Path, fresh: Path, done: Released) -> None:
+    with exclusive(out), Gradebook(out / "gradebook.sqlite") as book:
+        made = book.get_meta("class_outputs")
+        rows = book.latest(json.loads(made)["keys"] if made else None)
+        for row, student in members(rows):
+            who = label(student.sid or row.submission.key)
+            if not row.graded:
+                done.notes.append(f"{who}: no feedback, the grader failed on "
+                                  f"{label(row.submission.key)} (regrade it first)")
+                continue
+            source = out / "reports" / report_folder(student.sid)
+            files = [source / name for name in REPORT_FILES]
+            missing = [p.name for p in files if not p.is_file() or p.is_symlink()]
+            if missing:
+                done.notes.append(f"{who}: no feedback, {', '.join(missing)} missing from "
+                                  f"{source} (run the batch again)")
+                continue
+            target = fresh / report_folder(student.sid)
+            target.mkdir(exist_ok=True)
+            for path in files:
+                shutil.copyfile(path, target / path.name)  # the content only, no modes
+            done.students.append(student.sid)
+
+
+def _swap(fresh: Path, to: Path) -> None:
+    """Put `fresh` where `to` is, the previous release removed only once the new one is in."""
+    old = to.with_name(f".{to.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if to.exists():
+        os.replace(to, old)
+    os.replace(fresh, to)
+    shutil.rmtree(old, ignore_errors=True)
