@@ -128,9 +128,9 @@ def test_add_twice(student):
 
 
 @pytest.mark.points(1)
-@pytest.mark.visibility("hidden")
+@pytest.mark.visibility("visible")
 def test_add_once(student):
-    """add: weighs one, hidden"""
+    """add: weighs one, shown at once"""
 
 
 @pytest.mark.weight(0)
@@ -154,15 +154,16 @@ def test_scale(student):
 
 
 def test_markers_and_docstrings_become_the_specs(assignment, tmp_path):
-    # The coding part's visibility in grading.yml: after_published (the schema's is visible).
+    # The coding part's visibility in grading.yml: after_due_date (the schema's is visible; a
+    # part worth points is shown either at once or after the due date).
     made = assignment(DECLARED, {"show_student_output: true":
-                                 "show_student_output: true\n        visibility: after_published"})
+                                 "show_student_output: true\n        visibility: after_due_date"})
     specs = collect_hidden_tests(made, tmp_path)
     by_name = {s["name"]: s for s in specs}
     assert [s["nodeid"].split("::")[1] for s in specs] == \
         ["test_add_twice", "test_add_once", "test_add_free", "test_divide", "test_scale"]
     # add's 3 points (grading.yml) split 2:1:0 by weight; divide's and scale's to their one test.
-    assert [by_name[n]["points"] for n in ("add: weighs two", "add: weighs one, hidden",
+    assert [by_name[n]["points"] for n in ("add: weighs two", "add: weighs one, shown at once",
                                            "add: worth nothing, three seconds")] == [2, 1, 0]
     divide, scale = by_name["divide: uses add and scale"], by_name["scale : on two GPUs"]
     assert divide["points"] == 3 and scale["points"] == 2
@@ -171,8 +172,8 @@ def test_markers_and_docstrings_become_the_specs(assignment, tmp_path):
     assert by_name["add: weighs two"]["uses"] == ["add"] and \
         not by_name["add: weighs two"]["tolerant"]
     # Visibility: the test's own, else the coding part's in grading.yml.
-    assert by_name["add: weighs one, hidden"]["visibility"] == "hidden"
-    assert by_name["add: weighs two"]["visibility"] == "after_published"
+    assert by_name["add: weighs one, shown at once"]["visibility"] == "visible"
+    assert by_name["add: weighs two"]["visibility"] == "after_due_date"
     # Time: the test's own timeout_s, else grading.yml's timeouts.test (8 s for the toy).
     assert by_name["add: worth nothing, three seconds"]["timeout"] == 3
     assert by_name["add: weighs two"]["timeout"] == 8
