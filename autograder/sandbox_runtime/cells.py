@@ -38,7 +38,7 @@ def load(folder: str, module_name: str) -> list[tuple[int, int, str]]:
 
 
 def locate(cells: list[tuple[int, int, str]], line: int | None) -> str:
-    """'cell 7 ("def unwrap_model(model):"), line 3' for a line of the module; 'line N' when
+    """'cell 7 ("def add(a, b):"), line 3' for a line of the module; 'line N' when
     the line is outside every cell (the module's header) or there is no map."""
     if line is None:
         return "line ?"
