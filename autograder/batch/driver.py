@@ -378,13 +378,18 @@ def _publish(planned: _Planned, out: Path) -> None:
         fresh = target.with_name(f".{target.name}.new")
         shutil.rmtree(fresh, ignore_errors=True)
         shutil.copytree(staged, fresh)
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if target.exists():
-            os.replace(target, old)
-        os.replace(fresh, target)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_folder(fresh, target)
     shutil.rmtree(staged, ignore_errors=True)
+
+
+def swap_folder(fresh: Path, to: Path) -> None:
+    """Put `fresh` where `to` is, the previous folder removed only once the new one is in."""
+    old = to.with_name(f".{to.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if to.exists():
+        os.replace(to, old)
+    os.replace(fresh, to)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- history

@@ -16,13 +16,12 @@ RELEASE_MARK file); a folder that is not a release is never replaced.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.batch.driver import BatchError, exclusive
+from autograder.batch.driver import BatchError, exclusive, swap_folder
 from autograder.batch.gradebook import Gradebook
 from autograder.batch.gradesheet import members
 from autograder.batch.records import report_folder
@@ -75,7 +74,7 @@ def release_feedback(out: Path, to: Path | None = None,
     (fresh / RELEASE_MARK).write_text(json.dumps({
         "released_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "students": len(done.students)}) + "\n", encoding="utf-8")
-    _swap(fresh, to)
+    swap_folder(fresh, to)
     return done
 
 
@@ -102,12 +101,3 @@ def _copy(out: Path, fresh: Path, done: Released) -> None:
                 shutil.copyfile(path, target / path.name)  # the content only, no modes
             done.students.append(student.sid)
 
-
-def _swap(fresh: Path, to: Path) -> None:
-    """Put `fresh` where `to` is, the previous release removed only once the new one is in."""
-    old = to.with_name(f".{to.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if to.exists():
-        os.replace(to, old)
-    os.replace(fresh, to)
-    shutil.rmtree(old, ignore_errors=True)
