@@ -738,7 +738,16 @@ class Sandbox:
                 # Student code ran as this uid: whatever it left running (in `uid` mode it may
                 # have left its session and kill the new zygote, or hold the uid's process
                 # limit) goes before the new zygote starts. In namespaces it died with PID 1.
+                # Once its zygote and workers are killed, nothing of this uid should be left:
+                # what is (a detached process that may have killed that zygote) is recorded.
+                self.restart()  # (the serving worker: kill_uid would end it too)
+                left = sum(1 for entry in process_table().values()
+                           if entry.uid == self.ids[0] and not entry.dying)
                 kill_uid(self.ids[0])
+                if left:
+                    self.events.record("left_running", f"{left} process(es) of your code were "
+                                                       "still running when its sandbox was "
+                                                       "started again (they were stopped)")
             clean = not self._served or self.isolation.mode != "none"
             log = self.output_path.with_name(self.output_path.stem + "-zygote.log")
             try:

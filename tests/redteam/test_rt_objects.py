@@ -404,6 +404,7 @@ def test_the_network_is_loopback_only_and_refused_before_connecting(graded, secr
     assert seen["interfaces"] == ["lo"]
     for what in ("connect 10.255.255.1", "sendto 10.255.255.1", "dns", "packet socket",
                  "netlink socket"):
-        assert seen[what] == "PermissionError", (what, seen)  # the audit hook, before any packet
+        # The audit hook's own PermissionError subclass: refused before any packet.
+        assert seen[what] == "NetworkRefused", (what, seen)
     assert seen["loopback 127.0.0.1:22"] == "ConnectionRefusedError"  # its own, empty loopback
     assert seen["raw connect"] == "-1 errno 101", seen  # ENETUNREACH: no route out at all
