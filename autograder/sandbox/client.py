@@ -741,8 +741,7 @@ class Sandbox:
                 # Once its zygote and workers are killed, nothing of this uid should be left:
                 # what is (a detached process that may have killed that zygote) is recorded.
                 self.restart()  # (the serving worker: kill_uid would end it too)
-                left = sum(1 for entry in process_table().values()
-                           if entry.uid == self.ids[0] and not entry.dying)
+                left = len(strays(process_table(), None, (), self.ids[0]))
                 kill_uid(self.ids[0])
                 if left:
                     self.events.record("left_running", f"{left} process(es) of your code were "

@@ -167,14 +167,15 @@ def process_table() -> dict[int, ProcessEntry]:
     return table
 
 
-def strays(table: dict[int, ProcessEntry], zygote: int, keep: Collection[int],
+def strays(table: dict[int, ProcessEntry], zygote: int | None, keep: Collection[int],
            uid: int | None) -> dict[int, str]:
     """The processes of a sandbox that nothing of it still runs: its members (the zygote's
     descendants and, with `uid`, every process of that uid) that are neither the zygote, nor
     one of its ancestors (the isolation launcher), nor `keep` (live workers) or a descendant
     of one. What a worker started and left behind when it ended (a double fork, a new
     session) is one: in a PID namespace it was reparented to the zygote, in `uid` mode to
-    whatever reaps the container's orphans. Returns pid -> start time (to kill by)."""
+    whatever reaps the container's orphans. With no `zygote` (it is gone), every live process
+    of `uid` is one. Returns pid -> start time (to kill by)."""
     def ancestors(pid: int) -> list[int]:
         chain, seen = [], set()
         while pid in table and pid not in seen:
@@ -183,7 +184,7 @@ def strays(table: dict[int, ProcessEntry], zygote: int, keep: Collection[int],
             pid = table[pid].ppid
         return chain
 
-    above_zygote = set(ancestors(zygote))
+    above_zygote = set(ancestors(zygote)) if zygote is not None else set()
     found: dict[int, str] = {}
     for pid, entry in table.items():
         if entry.dying or pid in above_zygote:
