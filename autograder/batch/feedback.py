@@ -4,10 +4,14 @@ the API behind `autograder release-feedback`.
 For each student of the last batch's roster, the report files that grading wrote for them under
 OUT/reports/<sid>/ (`report.REPORT_FILES`: results.json, report.json, report.md, report.html,
 which follow each test's visibility as of the grading time) are copied to TO/<sid>/, one folder
-per student, ready to hand back. Nothing else goes there: not the sandbox events or flags
-(kept for staff, never in a report), not the statuses, the similarity check, the overrides and
-their reasons, the gradebook, the CSVs or the class overview. A student whose submission the
-grader failed on gets no folder until it is regraded (the notes say who).
+per student, ready to hand back, with `grade.json` (GRADE_FILE): the score every export gives
+them, which is their override when staff set one ("adjusted": true, never the reason). Before
+the due date their reports count the coding part alone, so grade.json then holds no score (an
+override neither: a total the questions count in would tell the key) and says when it is given.
+Nothing else goes there: not the sandbox events or flags (kept for staff, never in a report),
+not the statuses, the similarity check, the reasons of adjustments, the gradebook, the CSVs or
+the class overview. A student whose submission the grader failed on gets no folder until it is
+regraded or given a score by hand (the notes say who).
 
 TO is written whole, then put in place of the previous release (a folder holding the
 RELEASE_MARK file); a folder that is not a release is never replaced.
@@ -24,10 +28,11 @@ from pathlib import Path
 from autograder.batch.driver import BatchError, exclusive, swap_folder
 from autograder.batch.gradebook import Gradebook
 from autograder.batch.gradesheet import members
-from autograder.batch.records import report_folder
+from autograder.batch.records import GradedSubmission, report_folder
 from autograder.grading.report import REPORT_FILES
 from autograder.project.inert import label
 
+GRADE_FILE = "grade.json"
 RELEASE_MARK = ".autograder-feedback"  # in TO itself, beside (never inside) the students' folders
 
 
@@ -84,9 +89,16 @@ def _copy(out: Path, fresh: Path, done: Released) -> None:
         rows = book.latest(json.loads(made)["keys"] if made else None)
         for row, student in members(rows):
             who = label(student.sid or row.submission.key)
-            if not row.graded:
+            adjusted = row.overrides.get(student.sid)
+            if not row.graded and adjusted is None:
                 done.notes.append(f"{who}: no feedback, the grader failed on "
                                   f"{label(row.submission.key)} (regrade it first)")
+                continue
+            target = fresh / report_folder(student.sid)
+            if not row.graded:  # graded by hand: the score, no report
+                target.mkdir(exist_ok=True)
+                _write_grade(target, row, student.sid, None)
+                done.students.append(student.sid)
                 continue
             source = out / "reports" / report_folder(student.sid)
             files = [source / name for name in REPORT_FILES]
@@ -95,9 +107,32 @@ def _copy(out: Path, fresh: Path, done: Released) -> None:
                 done.notes.append(f"{who}: no feedback, {', '.join(missing)} missing from "
                                   f"{source} (run the batch again)")
                 continue
-            target = fresh / report_folder(student.sid)
             target.mkdir(exist_ok=True)
             for path in files:
                 shutil.copyfile(path, target / path.name)  # the content only, no modes
+            release = json.loads((source / "report.json").read_text(encoding="utf-8")).get(
+                "release") or {}
+            if not _write_grade(target, row, student.sid, release) and adjusted is not None:
+                done.notes.append(f"{who}: the override is not shown yet (their reports count "
+                                  "the coding part alone until the due date; release again "
+                                  "after the regrade)")
             done.students.append(student.sid)
+
+
+def _write_grade(target: Path, row: GradedSubmission, sid: str, release: dict | None) -> bool:
+    """TARGET/grade.json: the score every export gives `sid` when their reports show every
+    result (`release`, as report.json recorded it; None: no report, a score given by hand), or
+    when it is given; returns whether it holds the score."""
+    withheld = release is not None and release.get("withheld_points", 0) > 0
+    adjusted = sid in row.overrides
+    grade: dict = {"score": None if withheld else row.final_score(sid),
+                   "max_score": row.max_score,
+                   "adjusted": None if withheld else adjusted}
+    if withheld:
+        grade["note"] = ("Your total is given once every result is shown, "
+                         f"{release.get('results_shown_at') or 'after the due date'} or later.")
+    elif adjusted:
+        grade["note"] = "Your score was adjusted by the course staff."
+    (target / GRADE_FILE).write_text(json.dumps(grade, indent=2) + "\n", encoding="utf-8")
+    return not withheld
 

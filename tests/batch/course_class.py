@@ -46,13 +46,16 @@ class Course:
     out: Path
 
 
-def graded_course(root: Path) -> Course:
-    """Write the toy project, its export and grade it into ROOT/out."""
+def graded_course(root: Path, questions: str = "visible") -> Course:
+    """Write the toy project, its export and grade it into ROOT/out; `questions`: the multiple
+    choice's visibility (`after_due_date`: withheld, as DUE is still to come)."""
     project = root / "project"
     shutil.copytree(TOY, project, ignore=shutil.ignore_patterns("submissions", "__pycache__"))
     config = project / "grading.yml"
     text = config.read_text()
     assert "    title: Toy assignment\n" in text
+    assert "visibility: visible}" in text
+    text = text.replace("visibility: visible}", f"visibility: {questions}}}")
     config.write_text(text.replace("    title: Toy assignment\n", f"""    title: Toy assignment
     due: "{DUE}"
     late: {{policy: per_day, percent_per_day: 10}}

@@ -5,22 +5,25 @@ report folder): the released tree holds the students' report files and nothing e
 from __future__ import annotations
 
 import html
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from course_class import graded_course
 
 from autograder.batch.adjustments import extend, override
 from autograder.batch.driver import BatchError
-from autograder.batch.feedback import RELEASE_MARK, release_feedback
+from autograder.batch.feedback import GRADE_FILE, RELEASE_MARK, release_feedback
 from autograder.batch.gradebook import Gradebook
 from autograder.batch.similarity import load_similarity
 from autograder.grading.report import REPORT_FILES
 from autograder.grading.submission_status import TA_EVENTS_FILE
 
 AUTOGRADER = Path(sys.executable).parent / "autograder"
+RELEASED = sorted([*REPORT_FILES, GRADE_FILE])
 SIDS = {"s001", "s002", "s003", "s004", "s005"}
 REASON = "committee decision 2026-17: copied from s001"
 
@@ -56,7 +59,7 @@ def test_the_released_tree_holds_only_the_students_report_files(staffed, tmp_pat
     assert {p.name for p in to.iterdir()} == SIDS | {RELEASE_MARK}
     for sid in SIDS:
         released = to / sid
-        assert sorted(p.name for p in released.iterdir()) == sorted(REPORT_FILES)
+        assert sorted(p.name for p in released.iterdir()) == RELEASED
         for name in REPORT_FILES:  # the very files grading wrote for that student
             assert (released / name).read_bytes() == \
                 (staffed / "reports" / sid / name).read_bytes()
@@ -68,6 +71,37 @@ def test_the_released_tree_holds_only_the_students_report_files(staffed, tmp_pat
             text = path.read_text(encoding="utf-8").casefold()
             found = [word for word in forbidden if word.casefold() in text]
             assert not found, (path, found)
+
+
+def test_the_released_grade_is_what_every_export_gives_without_the_reason(staffed, tmp_path):
+    """Every result shown (the toy's questions are `visible`): grade.json holds the score of
+    grades.csv, the override for the student who has one, marked as adjusted, no reason."""
+    release_feedback(staffed, tmp_path / "release")
+    with Gradebook(staffed / "gradebook.sqlite") as book:
+        exported = {s.sid: row.final_score(s.sid) for row in book.latest()
+                    for s in row.submission.submitters}
+    for sid in SIDS:
+        text = (tmp_path / "release" / sid / GRADE_FILE).read_text()
+        grade = json.loads(text)
+        assert grade["score"] == exported[sid] and grade["adjusted"] == (sid == "s004"), grade
+        assert REASON not in text
+    assert exported["s004"] == 0
+
+
+def test_before_the_due_date_the_released_grade_holds_no_total(tmp_path):
+    """Questions withheld until the due date: the reports count the coding part alone, and
+    grade.json holds no total, the override's neither (a total the questions count in tells the
+    key), and says when it is given; the TA is told the override waits."""
+    withheld = graded_course(tmp_path / "withheld", questions="after_due_date")
+    override(withheld.out, "toy", "s001", "regrade request", score=7.5,
+             config_path=withheld.config)
+    done = release_feedback(withheld.out, tmp_path / "release")
+    for sid in SIDS:
+        grade = json.loads((tmp_path / "release" / sid / GRADE_FILE).read_text())
+        assert grade["score"] is None and grade["adjusted"] is None, grade
+        assert "once every result is shown" in grade["note"]
+    assert done.notes == ["s001: the override is not shown yet (their reports count the coding "
+                          "part alone until the due date; release again after the regrade)"]
 
 
 def test_what_grading_writes_for_a_student_is_exactly_the_released_files(course):
@@ -102,5 +136,4 @@ def test_release_feedback_command(staffed):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"{staffed / 'feedback'}: feedback for 5 student(s), one folder each" in done.stdout
-    assert sorted(p.name for p in (staffed / "feedback" / "s001").iterdir()) == \
-        sorted(REPORT_FILES)
+    assert sorted(p.name for p in (staffed / "feedback" / "s001").iterdir()) == RELEASED
