@@ -38,7 +38,8 @@ FUNCTIONS = ('init_from_env', 'train_epochs', 'accumulate_step', 'save_checkpoin
 ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 SCHEMA_NAME = "answers.schema.json"
 TESTS_TIMEOUT_S = 900
-_NOT_IMPLEMENTED = re.compile(r"\b(\w+) is not implemented yet")
+# pytest's own last line of a failure (its crash location): "path.py:12: NotImplementedError".
+_CRASH_LINE = re.compile(r"^(?P<path>\S.*):(?P<line>\d+): (?P<type>[A-Za-z_][\w.]*)$")
 
 
 @dataclass
@@ -419,6 +420,24 @@ def _is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return True
 
 
+def _top_level(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {node.name: node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def stub_functions(source: str | bytes,
+                   functions: list[str] | None = None) -> dict[str, range | None]:
+    """Which of `functions` (every top-level function when None) the module defines as the
+    template's stub (`_is_stub`), in order, each with its lines; none when it does not parse."""
+    try:
+        defined = _top_level(ast.parse(source))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return {}
+    return {n: range(defined[n].lineno, (defined[n].end_lineno or defined[n].lineno) + 1)
+            for n in (functions if functions else defined)
+            if n in defined and _is_stub(defined[n])}
+
+
 def module_state(source: str | bytes, functions: list[str] | None = None) -> str:
     """UNTOUCHED when the module is still the template's stub: each of `functions` (every
     top-level function when None) that it defines does nothing but raise NotImplementedError
@@ -719,13 +738,23 @@ class TestCase:
     outcome: str  # passed | failed | skipped
     message: str = ""
     collection: bool = False  # an error while collecting (importing) the tests
+    error: str | None = None  # the exception's class, from pytest's crash location
+    at: tuple[str, int] | None = None  # the crash location's file name and line
+
+    def raised_in(self, stubs: dict[str, range | None], file: str) -> bool:
+        """Whether this failure is a NotImplementedError raised by one of `stubs` (a function's
+        lines in `file`; None: anywhere)."""
+        if self.error != "NotImplementedError":
+            return False
+        return any(lines is None or (self.at is not None and self.at[0] == file
+                                     and self.at[1] in lines) for lines in stubs.values())
 
 
 def parse_junit(path: Path) -> list[TestCase]:
     cases = []
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "?")
-        outcome, message, collection = "passed", "", False
+        outcome, message, collection, error, at = "passed", "", False, None, None
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = "failed"
@@ -736,9 +765,14 @@ def parse_junit(path: Path) -> list[TestCase]:
                 if detail and (not message or "collection failure" in message):
                     message = detail[-1]
                 collection = not case.get("classname")
+                lines = text.strip().splitlines()
+                crash = _CRASH_LINE.match(lines[-1].strip()) if lines else None
+                if crash:
+                    error = crash.group("type").rsplit(".", 1)[-1]
+                    at = (Path(crash.group("path")).name, int(crash.group("line")))
             elif child.tag == "skipped":
                 outcome, message = "skipped", child.get("message") or ""
-        cases.append(TestCase(name, outcome, message.strip(), collection))
+        cases.append(TestCase(name, outcome, message.strip(), collection, error, at))
     return cases
 
 
@@ -769,30 +803,31 @@ def run_public_tests(folder: Path, tests_dir: Path, module: str,
         section.problems.append(f"pytest could not run the public tests (exit {proc.returncode}):"
                                 f"\n{tail}")
         return section
-    summarise_tests(section, cases, module)
+    path = (module_dir or folder) / f"{module}.py"
+    source = path.read_bytes() if path.is_file() else b""
+    summarise_tests(section, cases, module, stub_functions(source, FUNCTIONS))
     return section
 
 
-def summarise_tests(section: Section, cases: list[TestCase], module: str) -> None:
+def summarise_tests(section: Section, cases: list[TestCase], module: str,
+                    stubs: dict[str, range | None]) -> None:
+    """Section lines for the public tests' `cases`: one line naming the functions that are
+    still the template's `stubs` (read from the code, never from messages: each with its lines
+    in `module`.py), in place of each failure that is theirs, then every other failure."""
     ran = [c for c in cases if c.outcome != "skipped"]
     passed = [c for c in ran if c.outcome == "passed"]
     section.lines.append(f"{len(passed)} of {len(ran)} passed"
                          + (f", {len(cases) - len(ran)} skipped" if len(ran) < len(cases) else ""))
-    missing: list[str] = []
     for case in ran:
-        if case.outcome == "passed":
+        if case.outcome == "passed" or case.raised_in(stubs, f"{module}.py"):
             continue
-        stub = _NOT_IMPLEMENTED.search(case.message)
-        if stub:
-            if stub.group(1) not in missing:
-                missing.append(stub.group(1))
-        elif case.collection:
+        if case.collection:
             section.problems.append(f"the tests could not import {module}.py: {case.message}")
         else:
             first = case.message.splitlines()[0] if case.message else "failed"
             section.problems.append(f"{case.name}: {first[:300]}")
-    if missing:
-        section.problems.insert(0, f"not implemented yet: {', '.join(missing)}")
+    if stubs:
+        section.problems.insert(0, f"not implemented yet: {', '.join(stubs)}")
     for case in cases:
         if case.outcome == "skipped" and case.message:
             section.notes.append(f"{case.name} skipped: {case.message}")

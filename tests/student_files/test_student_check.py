@@ -73,6 +73,27 @@ def test_blank_template_fails_naming_what_is_not_implemented(unzipped: Path) -> 
     assert "dp_basics.py and dp_basics.ipynb are both the template unchanged" in out
 
 
+def test_not_implemented_is_read_from_the_code_not_from_messages(unzipped: Path) -> None:
+    """Stubs reworded (a bare raise, another message) and one function written: the line names
+    exactly the stubs left, and the written function's failure is a failure of its own."""
+    module = unzipped / "dp_basics.py"
+    source = module.read_text()
+    stub = 'raise NotImplementedError("cleanup_ddp is not implemented yet")'
+    assert stub in source
+    source = source.replace(stub, "raise NotImplementedError").replace(
+        "is not implemented yet", "TODO")
+    source = source.replace('raise NotImplementedError("wrap_data_parallel TODO")',
+                            "raise NotImplementedError('my own helper is missing')  # x = 1\n"
+                            "    return model")
+    module.write_text(source)
+    result = run_check(unzipped)
+    line = next(x for x in result.stdout.splitlines() if "not implemented yet:" in x)
+    assert "cleanup_ddp" in line and "load_state_dict_flexible" in line
+    assert "wrap_data_parallel" not in line, line
+    assert any(x.strip().startswith("- test_") and "my own helper is missing" in x
+               for x in result.stdout.splitlines()), result.stdout
+
+
 def test_fresh_template_without_tests_never_says_all_checks_passed(unzipped: Path) -> None:
     result = run_check(unzipped, "--no-tests")
     assert result.returncode == 0, result.stdout  # nothing is wrong ...
