@@ -16,11 +16,13 @@ import sys
 from datetime import datetime, timezone
 
 import pytest
+import yaml
 
 from autograder.gradescope.bundle import FALLBACK_MESSAGE
 from autograder.gradescope.container import GRADESCOPE, SELF_HOSTED, ContainerRun, Limits
 from autograder.grading.late import results_shown_at
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import GRADING_CONFIG
 
 pytestmark = pytest.mark.container
 
@@ -75,6 +77,27 @@ def test_the_reference_scores_full_marks_in_uid_isolation(graded, name):
     assert run.score == full_marks(name), said(run)
     assert run.isolation == "uid", said(run)
     assert run.status == "ok", said(run)
+    assert_graded_cleanly(run)
+
+
+def test_after_the_due_date_the_regrade_shows_the_whole_score(image, submission, tmp_path):
+    """The regrade after the due date (Gradescope's "Regrade all submissions"): the same bundle,
+    its grading.yml's due date in the past, shows the multiple choice too, right or wrong per
+    question, and the reference gets every point."""
+    config = yaml.safe_load(GRADING_CONFIG.read_text())
+    config["assignments"]["dp_basics"]["due"] = "2026-01-05T23:59:00-05:00"
+    past = tmp_path / "grading.yml"
+    past.write_text(yaml.safe_dump(config))
+    regrade = Limits("gradescope, after the due date",
+                     docker_args=("-v", f"{past}:/autograder/source/grading.yml:ro"))
+    from autograder.gradescope.container import run_submission
+
+    run = run_submission(image("dp_basics"), submission("dp_basics", "reference"), regrade)
+    assignment = load_assignment("dp_basics").config
+    assert run.score == assignment.multiple_choice.points + assignment.coding.points, said(run)
+    questions = [t for t in run.results["tests"] if t.get("visibility") == "after_due_date"]
+    assert questions and all(t["status"] == "passed" for t in questions), said(run)
+    assert run.isolation == "uid" and run.status == "ok", said(run)
     assert_graded_cleanly(run)
 
 
