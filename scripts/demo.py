@@ -50,7 +50,8 @@ def demo(name: str) -> int:
     for submission in submissions:
         started = time.monotonic()
         reports = out / "reports" / submission.name
-        report = grade_loaded(submission, assignment, reports)
+        report = grade_loaded(submission, assignment, reports,
+                              staff_out=out / "staff" / submission.name)
         mc, coding = report.parts
         rows.append((submission.name, f"{mc.score:g}/{mc.max_score:g}",
                      f"{coding.score:g}/{coding.max_score:g}",
@@ -61,7 +62,13 @@ def demo(name: str) -> int:
     print(f"== {name}")
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"\nOpen {out.relative_to(ROOT)}/reports/<submission>/report.html for each report.")
+    print(f"\nOpen {out.relative_to(ROOT)}/reports/<submission>/report.html for what each "
+          f"student is shown, {out.relative_to(ROOT)}/staff/<submission>/ for everything.")
+    release = report.release or {}
+    if release.get("withheld"):
+        print(f"The table is the staff's. Until {release.get('results_shown_at') or 'a due date'}"
+              f" the students' files withhold the multiple choice ({release['withheld']} "
+              "results) and count the coding part alone (docs: When results are shown).")
 
     # The same three as a class, the way a TA grades one (warm workers, gradebook, overview).
     summary = batch(out / "submissions", name, out / "class", jobs=2)
