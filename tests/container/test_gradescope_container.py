@@ -93,6 +93,7 @@ def test_after_the_due_date_the_regrade_shows_the_whole_score(image, submission,
     from autograder.gradescope.container import run_submission
 
     run = run_submission(image("dp_basics"), submission("dp_basics", "reference"), regrade)
+    print(f"\ndp_basics reference after the due date: {run.summary()}")
     assignment = load_assignment("dp_basics").config
     assert run.score == assignment.multiple_choice.points + assignment.coding.points, said(run)
     questions = [t for t in run.results["tests"] if t.get("visibility") == "after_due_date"]
