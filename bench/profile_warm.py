@@ -1,13 +1,23 @@
 """Where a warm grading's time goes: one batch worker's view, submission after submission.
 
-    .venv/bin/python bench/profile_warm.py [--rounds 3] [--cprofile]
+    .venv/bin/python bench/profile_warm.py [--rounds 3] [--assignment dp_basics ...]
+        [--examples reference blank partial] [--warmup 1] [--json OUT] [--cprofile]
 
-Starts a warm runner server as a batch worker does, grades the bundled examples (reference,
-blank, partial) ROUNDS times each with `grade_loaded`, and splits each grading into phases from
-the runner's event stream: runner start (fork to its first event), collection of the hidden
-tests, the tests themselves (rank scenarios, simulated-GPU tests and plain ones apart), the
-runner's end, and the trusted parent's own work (reading the upload and answers, building and
-writing the reports). CPU seconds of the parent and of its children are shown too. With
+Starts a warm runner server as a batch worker does (bench/_timed_runners.py: the same server,
+its runners' sandbox client timed), grades each assignment's bundled examples (reference, blank,
+partial) ROUNDS times each with `grade_loaded`, and splits every grading three ways:
+
+- the trusted side's own work: reading the upload and answers, what precedes the runner, the
+  runner's start and collection (from the runner's typed events, read with runner_events.parse
+  as the supervisor reads them), what follows it, building the report, writing the results;
+- the hidden tests by kind: plain, simulated GPUs (or CUDA hidden), rank scenarios (a test's
+  kind as its runner saw it in any grading: a rank scenario run, a worker simulating GPUs),
+  each with what of it went to sandbox starts (zygotes, forks, imports);
+- the sandbox's starts and stops over the whole grading: zygote starts, workers forked and
+  imported, rank workers forked, workers stopped, rank scenarios.
+
+CPU seconds of the parent, of the runner and of everything the server reaped (runners,
+zygotes and their workers) too. Medians over the rounds; with --json, every value. With
 --cprofile, the parent's hottest functions.
 """
 
@@ -15,124 +25,343 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import os
 import pstats
-import re
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from _timed_runners import Span, read_spans
 from common import ROOT
 
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from demo import build_examples  # noqa: E402
 
-from autograder.grading import supervisor as coding  # noqa: E402
-from autograder.grading.fork_channel import RunnerServer  # noqa: E402
-from autograder.grading.grade import grade_loaded  # noqa: E402
+from autograder.grading import grade as grading  # noqa: E402
+from autograder.grading import supervisor  # noqa: E402
+from autograder.grading.fork_channel import ForkChannel, RunnerServer, server_env  # noqa: E402
+from autograder.grading.runner_events import (  # noqa: E402
+    Collected,
+    Done,
+    Environment,
+    Event,
+    Result,
+    parse,
+)
 from autograder.project.assignment import load_assignment  # noqa: E402
 
-HIDDEN = ROOT / "assignments" / "dp_basics" / "tests" / "hidden"
+ASSIGNMENTS = ("dp_basics", "ddp_training")
+EXAMPLES = ("reference", "blank", "partial")
+KINDS = ("plain", "simulated", "ranks")
+COUNTED = "counted"  # suffix of a phase's count (shown beside it, never checked for 0)
 
 
-def kinds() -> dict[str, str]:
-    """Test name -> 'ranks', 'simulated' or 'plain', from the hidden tests' source."""
-    found = {}
-    for path in HIDDEN.glob("test_*.py"):
-        for match in re.finditer(r"\ndef (test_\w+)\(.*?(?=\n(?:@|def )|\Z)", path.read_text(),
-                                 re.S):
-            body = match.group(0)
-            kind = "ranks" if "run_ranks" in body else "simulated" if "simulated(" in body \
-                else "plain"
-            found[match.group(1)] = kind
-    return found
+class TimedRunners(RunnerServer):
+    """A RunnerServer whose server is bench/_timed_runners.py: its runners write Spans."""
+
+    def __init__(self, records: Path, profiles: Path | None = None) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("_timed_runners.py")),
+             str(theirs.fileno()), str(records), *([str(profiles)] if profiles else [])],
+            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
+        theirs.close()
+        self.channel = ForkChannel(ours)
+
+    def wait_ready(self, records: Path, timeout: float = 60.0) -> None:
+        """Wait until the server has imported what its runners use (its "ready" span)."""
+        deadline = time.monotonic() + timeout
+        while not any(s.kind == "ready" for s in read_spans(records)):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                sys.exit("the warm runner server did not start")
+            time.sleep(0.05)
+
+    def reaped_cpu(self) -> float:
+        """CPU seconds of the server's children it has reaped (runners, zygotes, workers)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Wait until the server has reaped every child of the last grading."""
+        deadline = time.monotonic() + timeout
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        while time.monotonic() < deadline:
+            try:
+                if not any((task / "children").read_text().strip() for task in tasks.iterdir()):
+                    return
+            except OSError:  # (no /proc/PID/task/TID/children here: a fixed wait instead)
+                time.sleep(0.5)
+                return
+            time.sleep(0.02)
 
 
+@dataclass
 class Timeline:
-    """Patches the supervisor's event reading to timestamp every runner event."""
+    """What the trusted parent did during one grading, on time.monotonic: each runner event as
+    the supervisor parsed it, and the spans of the parent's own steps."""
 
-    def __init__(self) -> None:
-        self.events: list[tuple[float, dict]] = []
-        original = json.loads
-        timeline = self
+    events: list[tuple[float, Event]] = field(default_factory=list)
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
 
-        def loads(text, *args, **kwargs):
-            value = original(text, *args, **kwargs)
-            if type(value) is dict and "event" in value:
-                timeline.events.append((time.perf_counter(), value))
-            return value
+    def clear(self) -> None:
+        self.events.clear()
+        self.spans.clear()
 
-        coding.json = type("J", (), {"loads": staticmethod(loads),
-                                     "dumps": staticmethod(json.dumps)})
+    def first(self, cls: type[Event]) -> float | None:
+        return next((t for t, e in self.events if isinstance(e, cls)), None)
+
+    def last(self, cls: type[Event]) -> float | None:
+        return next((t for t, e in reversed(self.events) if isinstance(e, cls)), None)
+
+    def seconds(self, *names: str) -> float:
+        return sum(end - start for name in names for start, end in self.spans[name])
+
+    def began(self, name: str) -> float | None:
+        return self.spans[name][0][0] if self.spans[name] else None
+
+    def ended(self, name: str) -> float | None:
+        return self.spans[name][-1][1] if self.spans[name] else None
+
+
+def watch(timeline: Timeline) -> None:
+    """Time the parent's steps and the runner's events, in this process only, by wrapping the
+    names the grading modules call (the code itself is unchanged)."""
+
+    def wrap(module: Any, name: str) -> None:
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timeline.spans[name].append((start, time.monotonic()))
+
+        setattr(module, name, timed)
+
+    for name in ("_submission_files", "grade_answers", "run_hidden_tests", "internal_names",
+                 "coding_results", "build_report", "apply_late", "keep_sandbox_events",
+                 "write_outputs"):
+        wrap(grading, name)
+    wrap(supervisor, "_start_runner")
+
+    def parsed(line: str | bytes) -> Event:
+        event = parse(line)  # the supervisor's own parser, unchanged
+        timeline.events.append((time.monotonic(), event))
+        return event
+
+    supervisor.parse = parsed
+
+
+def test_kinds(spans: Iterable[Span], specs: Iterable) -> dict[str, str]:
+    """Each test's kind: 'ranks' if it ran a rank scenario, 'simulated' if a worker of it
+    simulated GPUs or hid CUDA (in any grading), else 'plain' (GPU tests, skipped without a
+    GPU, are 'plain' too)."""
+    kind = {spec.nodeid: "plain" for spec in specs}
+    for span in spans:
+        if span.kind == "ranks":
+            kind[span.test] = "ranks"
+        elif span.kind in ("call", "serve_start") and span.gpus and kind.get(span.test) != "ranks":
+            kind[span.test] = "simulated"
+    return kind
+
+
+@dataclass
+class Grading:
+    """One grading's raw measurements."""
+
+    total: float
+    timeline: Timeline
+    spans: list[Span]
+    parent_cpu: float
+    reaped_cpu: float
+
+
+def _within(span: Span, outer: list[Span]) -> bool:
+    return any(o is not span and o.start <= span.start and span.end <= o.end for o in outer)
+
+
+def phases(g: Grading, kind_of: dict[str, str]) -> dict[str, float]:
+    """The grading split into phases (seconds; CPU seconds; `... counted`: how many)."""
+    t, p = g.timeline, {}
+
+    def spans(kind: str, keep: Callable[[Span], bool] = lambda s: True) -> list[Span]:
+        return [s for s in g.spans if s.kind == kind and keep(s)]
+
+    def inside(outer: list[Span], kind: str) -> float:
+        return sum(s.seconds for s in spans(kind) if _within(s, outer))
+
+    zygotes, serve_starts, ranks = spans("zygote"), spans("serve_start"), spans("ranks")
+    asked, environment = t.began("_start_runner"), t.first(Environment)
+    collected, done = t.first(Collected), t.first(Done)
+    results = [(time_, e) for time_, e in t.events if isinstance(e, Result)]
+    last_result = results[-1][0] if results else collected
+    p["parent: read upload + answers"] = t.seconds("_submission_files", "grade_answers")
+    p["parent: before runner (sandbox folder, job)"] = asked - t.began("run_hidden_tests")
+    p["runner: start (fork to first event)"] = environment - asked
+    p["runner: collection (to collected)"] = collected - environment
+    for kind in (k for k in KINDS if k in kind_of.values()):  # the suite's kinds only
+        mine = [e for _, e in results if kind_of.get(e.nodeid) == kind]
+        tests = {e.nodeid for e in mine}
+        p[f"tests: {kind}"] = sum(e.duration for e in mine)
+        p[f"tests: {kind} {COUNTED}"] = len(mine)
+        # A serving worker's start holds its fork and any zygote started for it.
+        p[f"  {kind}: of which sandbox starts"] = sum(
+            s.seconds for s in g.spans
+            if s.test in tests and (s.kind == "serve_start"
+                                    or (s.kind == "fork" and s.mode == "once")
+                                    or (s.kind == "zygote" and not _within(s, serve_starts))))
+    p["runner: end (last result to done)"] = done - last_result
+    p["parent: after runner (stop sandboxes, reap)"] = t.ended("run_hidden_tests") - done
+    p["parent: report building"] = t.seconds("internal_names", "coding_results",
+                                             "build_report", "apply_late")
+    # keep_sandbox_events, the work folder's removal, the report's files
+    p["parent: results writing"] = t.ended("_total") - t.ended("apply_late")
+    p["total"] = g.total
+
+    first_forks = spans("fork", lambda s: s.first)
+    serve_forks = spans("fork", lambda s: s.mode == "serve" and not s.first)
+    rank_forks = spans("fork", lambda s: s.mode == "once" and not s.first)
+    kills, strays = spans("kill"), spans("strays")  # (disjoint: a stray is killed by pid)
+    rows = (
+        ("zygote starts (and first fork)", zygotes,
+         sum(s.seconds for s in zygotes + first_forks) - inside(zygotes, "fork")),
+        ("serve worker forks", serve_forks, sum(s.seconds for s in serve_forks)),
+        ("serve worker imports", serve_starts,
+         sum(s.seconds for s in serve_starts) - inside(serve_starts, "fork")
+         - inside(serve_starts, "zygote")),
+        ("rank worker forks", rank_forks, sum(s.seconds for s in rank_forks)),
+        ("rank scenarios (imports, work)", ranks,
+         sum(s.seconds for s in ranks) - inside(ranks, "fork") - inside(ranks, "zygote")
+         - inside(ranks, "stores") - inside(ranks, "kill") - inside(ranks, "strays")),
+        ("workers killed (signalled, reaped)", kills, sum(s.seconds for s in kills)),
+        ("scans for strays (process table)", strays, sum(s.seconds for s in strays)),
+    )
+    for name, counted, seconds in rows:
+        p[f"sandbox: {name}"] = seconds
+        p[f"sandbox: {name} {COUNTED}"] = len(counted)
+    p["CPU: trusted parent"] = g.parent_cpu
+    p["CPU: runner"] = sum(s.cpu for s in spans("runner"))
+    p["CPU: all the server reaped"] = g.reaped_cpu
+    return p
+
+
+def grade_rounds(assignment_name: str, runners: TimedRunners, records: Path, work: Path,
+                 timeline: Timeline, examples: list[str], rounds: int, warmup: int,
+                 profiler: cProfile.Profile | None) -> dict[str, list[dict[str, float]]]:
+    """Grade each example `rounds` times (after `warmup` uncounted gradings of the first)."""
+    folder = work / assignment_name
+    built = {p.name: p for p in build_examples(folder / "examples", assignment_name)}
+    assignment = load_assignment(assignment_name)
+    gradings: dict[str, list[Grading]] = defaultdict(list)
+    for i in range(warmup):  # file caches, the server's first forks
+        grading.grade_loaded(built[examples[0]], assignment, folder / f"warm-{i}", runners=runners)
+        runners.settle()
+    specs: dict[str, Any] = {}
+    for round_ in range(rounds):
+        for name in examples:
+            timeline.clear()
+            records.unlink(missing_ok=True)
+            cpu0, reaped0 = sum(os.times()[:2]), runners.reaped_cpu()
+            started = time.monotonic()
+            if profiler:
+                profiler.enable()
+            grading.grade_loaded(built[name], assignment, folder / f"out-{round_}-{name}",
+                                 runners=runners)
+            if profiler:
+                profiler.disable()
+            ended = time.monotonic()
+            timeline.spans["_total"].append((started, ended))
+            cpu = sum(os.times()[:2]) - cpu0
+            runners.settle()  # (not timed) so that the grading's processes are all reaped
+            saved = Timeline(list(timeline.events), defaultdict(list, timeline.spans))
+            gradings[name].append(Grading(ended - started, saved, read_spans(records), cpu,
+                                          runners.reaped_cpu() - reaped0))
+            for _, event in saved.events:
+                if isinstance(event, Collected):
+                    specs.update({spec.nodeid: spec for spec in event.tests})
+    kind_of = test_kinds((s for gs in gradings.values() for g in gs for s in g.spans),
+                         specs.values())
+    return {name: [phases(g, kind_of) for g in gs] for name, gs in gradings.items()}
+
+
+def table(assignment: str, measured: dict[str, list[dict[str, float]]], rounds: int) -> str:
+    names = list(measured)
+    lines = [f"== {assignment}: median of {rounds} warm grading(s) each, seconds "
+             f"(count in brackets)", f"{'phase':<44}" + "".join(f"{n:>14}" for n in names)]
+    for phase in measured[names[0]][0]:
+        if phase.endswith(COUNTED):
+            continue
+        cells = []
+        for name in names:
+            value = statistics.median(r[phase] for r in measured[name])
+            count = f"{phase} {COUNTED}"
+            shown = f"{value:.3f}"
+            if count in measured[name][0]:
+                shown += f" ({statistics.median(r[count] for r in measured[name]):g})"
+            cells.append(f"{shown:>14}")
+        lines.append(f"{phase:<44}" + "".join(cells))
+    for name in names:  # what the phases leave out (small steps between them)
+        parts = [sum(v for k, v in r.items() if k.startswith(("parent:", "runner:", "tests:"))
+                     and not k.endswith(COUNTED)) / r["total"] for r in measured[name]]
+        lines.append(f"phases / total, {name}: {statistics.median(parts):.2f}")
+    return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--assignment", nargs="+", default=list(ASSIGNMENTS))
+    parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=EXAMPLES)
+    parser.add_argument("--warmup", type=int, default=1, help="uncounted gradings first")
+    parser.add_argument("--json", type=Path, help="write every measured value here")
+    parser.add_argument("--cprofile", action="store_true",
+                        help="the trusted parent's hottest functions")
+    parser.add_argument("--cprofile-runner", action="store_true",
+                        help="the runners' hottest functions (their pytest sessions)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
-    examples = build_examples(work / "examples", "dp_basics")
-    assignment = load_assignment("dp_basics")
-    runners = RunnerServer()  # as a batch worker's warm_up starts it
-    time.sleep(3)  # the server's imports
+    records = work / "spans.jsonl"
     timeline = Timeline()
-    kind_of = kinds()
-    phases: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    watch(timeline)
     profiler = cProfile.Profile() if args.cprofile else None
-    # one warm-up grading (file caches), not counted
-    grade_loaded(examples[0], assignment, work / "warm", runners=runners)
-    for round_ in range(args.rounds):
-        for example in examples:
-            timeline.events.clear()
-            cpu0, children0 = os.times()[:2], os.times()[2:4]
-            started = time.perf_counter()
-            if profiler:
-                profiler.enable()
-            grade_loaded(example, assignment, work / f"out-{round_}-{example.name}",
-                         runners=runners)
-            if profiler:
-                profiler.disable()
-            ended = time.perf_counter()
-            cpu1, children1 = os.times()[:2], os.times()[2:4]
-            events = timeline.events
-            first = events[0][0] if events else ended
-            collected = next((t for t, e in events if e["event"] == "collected"), first)
-            done = next((t for t, e in events if e["event"] == "done"), ended)
-            p = phases[example.name]
-            p["total"].append(ended - started)
-            p["parent before runner"].append(first - started)
-            p["runner start + collection"].append(collected - first)
-            last = collected
-            per_kind: dict[str, float] = defaultdict(float)
-            for t, e in events:
-                if e["event"] == "result":
-                    test = e["nodeid"].rsplit("::", 1)[-1]
-                    per_kind[kind_of.get(test, "plain")] += t - last
-                    last = t
-            for kind in ("plain", "simulated", "ranks"):
-                p[f"tests: {kind}"].append(per_kind[kind])
-            p["runner end"].append(done - last)
-            p["after runner (kill, reports)"].append(ended - done)
-            p["parent CPU"].append(sum(cpu1) - sum(cpu0))
-            p["children CPU (reaped)"].append(sum(children1) - sum(children0))
-    print(f"median of {args.rounds} warm gradings each, seconds:\n")
-    names = [e.name for e in examples]
-    print(f"{'phase':<30}" + "".join(f"{n:>11}" for n in names))
-    for phase in phases[names[0]]:
-        print(f"{phase:<30}" + "".join(f"{statistics.median(phases[n][phase]):11.3f}"
-                                      for n in names))
-    if profiler:
-        print()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-    runners.close()
-    shutil.rmtree(work, ignore_errors=True)
+    profiles = work / "profiles" if args.cprofile_runner else None
+    if profiles:
+        profiles.mkdir()
+    runners = TimedRunners(records, profiles)  # as a batch worker's warm_up starts its server
+    runners.wait_ready(records)  # its imports: a batch worker starts it before grading
+    print(f"load average before: {Path('/proc/loadavg').read_text().strip()}")
+    measured = {}
+    try:
+        for name in args.assignment:
+            measured[name] = grade_rounds(name, runners, records, work, timeline, args.examples,
+                                          args.rounds, args.warmup, profiler)
+            print(table(name, measured[name], args.rounds), "\n", flush=True)
+        print(f"load average after: {Path('/proc/loadavg').read_text().strip()}")
+        if args.json:
+            args.json.write_text(json.dumps(measured, indent=1))
+        if profiler:
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        if profiles:  # every runner's, the warm-up's included
+            print("runners' pytest sessions, all gradings together:")
+            pstats.Stats(*map(str, profiles.glob("*.prof"))).sort_stats("tottime") \
+                .print_stats(40)
+    finally:
+        runners.close()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
