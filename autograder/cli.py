@@ -254,10 +254,12 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
 
     from autograder.grading.supervisor import collect_hidden_tests
     from autograder.project.assignment import load_assignment
-    from autograder.release.validation import check_assignment
+    from autograder.release.validation import check_assignment, check_warnings
 
     assignment = _assignment(assignment, positional)
     problems = check_assignment(assignment, project.config)
+    for line in check_warnings(assignment, project.config):  # legal, but wrong or a leak
+        click.echo(f"warning: {assignment}: {inert(line)}", err=True)
     if problems:  # every problem of every file in one run, by file
         count = sum(len(found) for found in problems.values())
         click.echo(f"error: {assignment}: {count} problem{'s' * (count != 1)}", err=True)

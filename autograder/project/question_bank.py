@@ -337,3 +337,110 @@ def answers_schema(bank: QuestionBank) -> dict[str, Any]:
 def render_answers_schema(bank: QuestionBank) -> str:
     return json.dumps(answers_schema(bank), indent=2) + "\n"
 
+
+
+# ----------------------------------------------------------------------------- names and leaks
+# Pure text: what a question names of torch, and what of its key could be read elsewhere.
+# `autograder validate` (autograder.release.validation) resolves the names against the
+# installed torch and matches the phrases against the templates and the public tests.
+
+_DOTTED = re.compile(r"\btorch(?:\.[A-Za-z_]\w*)+")
+_ERROR_TYPE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b")
+_PRIVATE = re.compile(r"(?<![\w./-])_[a-z]\w*[a-z0-9]\b")  # _check_sync_bufs_pre_fwd
+_SOURCE_PATH = re.compile(r"\btorch/[\w/]+\.(?:py|cpp|h|pyi)\b")
+
+
+@dataclass(frozen=True)
+class TorchNames:
+    """What a text names of torch: dotted names, error types, private names, source paths."""
+
+    dotted: frozenset[str]
+    errors: frozenset[str]
+    private: frozenset[str]
+    paths: frozenset[str]
+
+
+def torch_names(text: str) -> TorchNames:
+    """The torch names `text` mentions (`torch.a.b`, `SomeError`, `_private`, `torch/x.py`)."""
+    return TorchNames(
+        dotted=frozenset(_DOTTED.findall(text)),
+        errors=frozenset(_ERROR_TYPE.findall(text)),
+        private=frozenset(_PRIVATE.findall(text)),
+        paths=frozenset(_SOURCE_PATH.findall(text)))
+
+
+def question_texts(q: Question) -> list[tuple[str, str]]:
+    """`(where, text)` of a question whose torch names must exist: its explanation, its key's
+    options, and the names of each distractor that its feedback does not name, itself or a
+    module above it (a distractor may name what torch lacks on purpose, its feedback saying
+    so)."""
+    texts = [("explanation", q.explanation)]
+    for letter, option in q.options.items():
+        if letter in q.answer:
+            texts.append((f"option {letter}", option))
+            continue
+        named, told = torch_names(option), torch_names(q.feedback.get(letter, ""))
+        said = told.dotted | told.errors | told.private
+        kept = [n for n in sorted(named.dotted | named.errors | named.private)
+                if not any(n == x or n.startswith(x + ".") for x in said)]
+        if kept:
+            texts.append((f"option {letter}", " ".join(kept)))
+    return texts
+
+
+_WORD = re.compile(r"[a-z0-9_]+(?:\.[0-9]+)?")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+LEAK_WORDS = 5  # a phrase of the key this long, found outside the bank, gives it away
+
+
+def normalised_words(text: str) -> list[str]:
+    """Lower-case words of `text` (identifiers and numbers whole), punctuation dropped."""
+    return _WORD.findall(text.lower().replace("`", ""))
+
+
+def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def key_phrases(q: Question, n: int = LEAK_WORDS) -> set[tuple[str, ...]]:
+    """The n-word phrases of the key's options that no other option of the question has."""
+    others: set[tuple[str, ...]] = set()
+    for letter, option in q.options.items():
+        if letter not in q.answer:
+            others |= _ngrams(normalised_words(option), n)
+    mine: set[tuple[str, ...]] = set()
+    for letter in q.answer:
+        mine |= _ngrams(normalised_words(q.options[letter]), n)
+    return mine - others
+
+
+def key_numbers(q: Question) -> set[str]:
+    """Numbers in the key's options that no other option holds and the stem and code do not
+    give (the numbers the answer is derived to); small integers (0 to 10) say too little."""
+    def numbers(text: str) -> set[str]:
+        return set(_NUMBER.findall(text))
+
+    given = numbers(q.stem) | numbers(q.code or "")
+    for letter, option in q.options.items():
+        if letter not in q.answer:
+            given |= numbers(option)
+    mine: set[str] = set()
+    for letter in q.answer:
+        mine |= numbers(q.options[letter])
+    return {x for x in mine - given
+            if not (x.lstrip("-").isdigit() and abs(int(x)) <= 10)}
+
+
+def leaks(q: Question, sources: dict[str, str]) -> list[str]:
+    """Where a source (label -> text: a template's docstrings, a public test) holds `q`'s key:
+    one of its distinctive phrases (`key_phrases`) or, as a whole word, one of its numbers."""
+    found = []
+    for label, text in sources.items():
+        words = normalised_words(text)
+        hits = sorted(" ".join(p) for p in key_phrases(q) & _ngrams(words, LEAK_WORDS))
+        if hits:
+            found.append(f"{q.id}: {label} holds the key's phrase {hits[0]!r}")
+        present = set(_NUMBER.findall(text))
+        for number in sorted(key_numbers(q) & present):
+            found.append(f"{q.id}: {label} holds the key's number {number}")
+    return found

@@ -5,12 +5,22 @@ Above the grading layer because it collects the hidden tests with a real runner.
 
 from __future__ import annotations
 
+import functools
+import re
+import warnings
 from pathlib import Path
 
 from autograder.project.assignment import Assignment
 from autograder.project.config import ConfigError, assignment_config
 from autograder.project.paths import GRADING_CONFIG
-from autograder.project.question_bank import QuestionBankError, load_bank
+from autograder.project.question_bank import (
+    QuestionBankError,
+    QuestionBankWarning,
+    leaks,
+    load_bank,
+    question_texts,
+    torch_names,
+)
 
 
 def check_assignment(name: str, config_path: Path = GRADING_CONFIG,
@@ -78,3 +88,115 @@ def _raw_points(path: Path) -> float | None:
                          if isinstance(q, dict) and type(q.get("points")) in (int, float)))
     except (OSError, yaml.YAMLError, TypeError, KeyError):
         return None
+
+
+def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
+    """What is legal but wrong or giving answers away, beyond `bank_warnings` (empty if none).
+
+    - Torch names: an explanation, a key or a distractor (unless its feedback names the same
+      thing) naming a `torch.x.y`, an error type, a private `_name` or a `torch/...py` source
+      file that the installed torch does not have.
+    - Leaks: a question's key (a phrase of it no other option has, or a number only it holds)
+      found in the student template (`student_templates/<name>/<name>.py`) or a public test.
+    """
+    root = config_path.resolve().parent / "assignments" / name
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", QuestionBankWarning)
+            bank = load_bank(root / "questions.yml")
+    except QuestionBankError:
+        return []  # check_assignment lists those
+    found = []
+    for q in bank.questions:
+        for where, text in question_texts(q):
+            found += [f"{q.id} {where} names {n}, which torch {_torch_version()} does not "
+                      "have" for n in missing_torch_names(text)]
+    found += [f"leak: {line}" for q in bank.questions
+              for line in leaks(q, leak_sources(name, config_path))]
+    return found
+
+
+def leak_sources(name: str, config_path: Path = GRADING_CONFIG) -> dict[str, str]:
+    """What a student reads before the key is out: the template and the public tests."""
+    base = config_path.resolve().parent
+    sources = {}
+    template = base / "student_templates" / name / f"{name}.py"
+    if template.is_file():
+        sources[str(template.relative_to(base))] = template.read_text(encoding="utf-8")
+    public = base / "assignments" / name / "tests" / "public"
+    for path in sorted(public.glob("*.py")) if public.is_dir() else []:
+        sources[str(path.relative_to(base))] = path.read_text(encoding="utf-8")
+    return sources
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def missing_torch_names(text: str) -> list[str]:
+    """The names of `text` (see `torch_names`) that the installed torch does not have."""
+    import builtins
+    import importlib
+
+    import torch
+
+    names = torch_names(text)
+    missing = []
+    for dotted in sorted(names.dotted):
+        parts = dotted.split(".")
+        obj: object = torch
+        for i, part in enumerate(parts[1:], start=2):
+            if hasattr(obj, part):
+                obj = getattr(obj, part)
+                continue
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                missing.append(dotted)
+                break
+    errors = _torch_errors()
+    missing += [e for e in sorted(names.errors)
+                if not hasattr(builtins, e) and e not in errors]
+    source = Path(torch.__file__).parent
+    identifiers = _torch_identifiers(str(source)) if names.private else set()
+    missing += [p for p in sorted(names.private) if p not in identifiers]
+    missing += [p for p in sorted(names.paths)
+                if not (source.parent / p).exists()
+                and not p.endswith((".cpp", ".h"))]  # C++ sources are not installed
+    return missing
+
+
+@functools.cache
+def _torch_errors() -> frozenset[str]:
+    """Exception classes of torch's public modules (torch.OutOfMemoryError, ...)."""
+    import importlib
+
+    found = set()
+    for module in ("torch", "torch.cuda", "torch.distributed", "torch.multiprocessing",
+                   "torch.distributed.elastic.multiprocessing.errors", "torch.serialization",
+                   "torch.utils.data", "torch.autograd", "torch.jit", "torch.fx", "torch.export",
+                   "torch.onnx", "torch._dynamo.exc"):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # deprecated aliases warn when read
+                found |= {k for k, v in vars(importlib.import_module(module)).items()
+                          if isinstance(v, type) and issubclass(v, BaseException)}
+        except ImportError:
+            continue
+    return frozenset(found)
+
+
+@functools.cache
+def _torch_identifiers(source: str) -> frozenset[str]:
+    """Every `_private` identifier written in the installed torch's Python files and stubs."""
+    pattern = re.compile(r"\b_[A-Za-z]\w*")
+    found: set[str] = set()
+    for path in Path(source).rglob("*.py*"):
+        if path.suffix in (".py", ".pyi"):
+            try:
+                found |= set(pattern.findall(path.read_text(encoding="utf-8", errors="ignore")))
+            except OSError:
+                continue
+    return frozenset(found)

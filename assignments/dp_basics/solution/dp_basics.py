@@ -106,9 +106,12 @@ def emulate_data_parallel(model: nn.Module, inputs: torch.Tensor,
     - the output is what DataParallel would return;
     - gradients of a loss on the output reach the original model's parameters (summed over the
       replicas, as DataParallel's backward does);
-    - in train mode each replica's BatchNorm normalises with its own chunk's statistics;
+    - each replica's forward sees its chunk alone, BatchNorm in train mode included;
     - the original model's buffers (BatchNorm running statistics) are updated from the first
       chunk only: replica 0 shares its buffers with the model, other replicas work on copies.
+      Do not restore buffers afterwards with an in-place `copy_` into tensors the forward
+      used: autograd saved them for backward, and backward then raises a RuntimeError (a
+      variable needed for gradient computation has been modified by an inplace operation).
 
     Hint: a replica need not be a deep copy of the model. `torch.func.functional_call(model,
     tensors, (chunk,))` runs `model`'s forward with the tensors of the dict `tensors` (names

@@ -54,8 +54,7 @@ def init_from_env(backend: str | None = None) -> torch.device:
     - The backend is `backend` when given; otherwise `"nccl"` when CUDA has more than
       `LOCAL_RANK` GPUs, else `"gloo"`.
     - The group is made with `init_method="env://"` (the variables above say where to meet).
-    - With nccl, this process's GPU is `cuda:LOCAL_RANK` (on a node of several machines,
-      `RANK` counts over every node, so it is not a GPU index): it is made the current CUDA
+    - With nccl, this process's GPU is `cuda:LOCAL_RANK`: it is made the current CUDA
       device before the group is initialised, and returned. Otherwise `torch.device("cpu")`.
     """
     values = {}
@@ -121,11 +120,11 @@ def accumulate_step(model: nn.Module, micro_batches: list[tuple[torch.Tensor, to
                     optimizer: torch.optim.Optimizer, loss_fn: Any) -> float:
     """One optimizer step over `k = len(micro_batches)` micro-batches (gradient accumulation).
 
-    - Zero the gradients, then backpropagate each micro-batch's loss divided by `k`, so the
-      gradients add up to those of the mean loss over the k micro-batches, then step once.
-    - Under DistributedDataParallel, gradients are all-reduced only once, on the last
-      micro-batch: the backward passes of the first `k - 1` run inside `model.no_sync()`.
-      A model without `no_sync` (not wrapped) accumulates the same way.
+    - Zero the gradients, then backpropagate each micro-batch's loss divided by `k`, then
+      step once.
+    - The backward passes of the first `k - 1` micro-batches run inside `model.no_sync()`,
+      the last one outside it. A model without `no_sync` (not wrapped) accumulates the same
+      way.
     - `ValueError` for an empty list. Returns the mean of the k (undivided) losses as a float.
     """
     if not micro_batches:
@@ -157,8 +156,7 @@ def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
       unwrapped from any DDP/DataParallel, so its keys have no `module.` prefix),
       `"optimizer"` (the optimizer's state dict) and `"epoch"` (`epoch`, the number of epochs
       completed).
-    - With a process group, every rank then waits at `dist.barrier()`, so that when this
-      function returns on any rank the file is complete.
+    - With a process group, every rank (rank 0 after writing) then calls `dist.barrier()`.
     """
     grouped = dist.is_available() and dist.is_initialized()
     if not grouped or dist.get_rank() == 0:
@@ -170,8 +168,7 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
                     device: torch.device) -> int:
     """Resume from a checkpoint written by `save_checkpoint`, on every rank; return its epoch.
 
-    - Read it with `torch.load(path, map_location=device)`: a checkpoint saved from `cuda:0`
-      must land on this rank's `device`, not on the GPU it was saved from.
+    - Read it with `torch.load(path, map_location=device)`.
     - Load `"model"` into the model unwrapped from any DDP/DataParallel, and `"optimizer"`
       into `optimizer`; return `"epoch"`, the epoch to start from (`train_epochs`'
       `start_epoch`, which also sets the sampler's epoch).
@@ -242,8 +239,10 @@ def amp_train_step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor],
     - Without `scaler`: backward, clip the gradients' total norm to `max_norm` with
       `torch.nn.utils.clip_grad_norm_`, step.
     - With a `torch.amp.GradScaler`: backward on `scaler.scale(loss)`, then
-      `scaler.unscale_(optimizer)` *before* clipping (clipping must see the true gradients),
-      then `scaler.step(optimizer)` and `scaler.update()`.
+      `scaler.unscale_(optimizer)`, then the clipping, then `scaler.step(optimizer)` and
+      `scaler.update()`. Loss scaling matters for float16, whose narrow exponent range lets
+      small gradients underflow to zero; bfloat16 has float32's exponent range and needs no
+      scaler (pass none), though one does no harm.
     """
     device = next(model.parameters()).device
     inputs, targets = batch[0].to(device), batch[1].to(device)
@@ -269,10 +268,7 @@ def wrap_with_unused(model: nn.Module) -> DistributedDataParallel:
     """Wrap `model` in DistributedDataParallel for training in which some of its parameters
     take no part in some steps (a branch of its forward that is skipped now and then).
 
-    - Plain DDP waits in every backward pass for a gradient of every parameter; a step in which
-      a branch is skipped leaves that reduction unfinished, and the next forward fails with
-      "Expected to have finished reduction in the prior iteration before starting a new one".
-      Make DDP look for the parameters that got no gradient in each step and count them as
+    - Make DDP look, in each step, for the parameters that got no gradient and count them as
       ready, so that training goes on and the gradients are still averaged over every rank.
     - The set of parameters used changes from step to step, so the graph is not static: do not
       declare it static (DDP then expects the same parameters in every step).
