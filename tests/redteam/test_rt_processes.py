@@ -319,7 +319,9 @@ def test_loops_and_sleeps_in_calls_time_out(graded, secrets):
     assert graded.passed() >= set(HONEST) - {DIVIDE_ZERO, SCALE}
     assert "timed out after 3 s during divide" in graded.message(DIVIDE_ZERO)
     assert "timed out after 3 s during scale" in graded.message(SCALE)
-    assert graded.wall < 30
+    # Stopped by the two tests' 3 s limits, not by the toy's 120 s for the whole part (a loaded
+    # CI machine, grading other red-team submissions beside it, took 33 s).
+    assert graded.wall < 60, graded.wall
 
 
 @pytest.mark.submission("infinite_loop_at_import")
