@@ -36,9 +36,10 @@ container:
 	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || \
 	    { apt-get update -qq && apt-get install -y -qq docker.io debootstrap >/dev/null; }
 
-# The 25 slowest tests at the end: where the suite's time goes (issue: suite time).
+# The 25 slowest tests at the end: where the suite's time goes. PYTEST_ARGS: more options
+# (e.g. PYTEST_ARGS="--junitxml=times.xml" for every test's time, or -k EXPR).
 test: venv lint browser container
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python bench/grade_vs_pytest.py
