@@ -44,8 +44,9 @@ def serve(control_fd: int) -> None:
 
     # Everything a warm zygote's workers import, imported here: a fork enters a file-system
     # view where the grader's package is not, so a module imported later fails (simulated
-    # GPUs did: every simulated-GPU test of a batch failed at the student's import).
-    from autograder.sandbox_runtime import simulated_cuda, worker  # noqa: F401
+    # GPUs did: every simulated-GPU test of a batch failed at the student's import). Every
+    # module of the runtime, not a list: probes import them as agsandbox.* (_become_zygote).
+    _import_runtime()
 
     torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
     try:
@@ -79,6 +80,19 @@ def serve(control_fd: int) -> None:
     server.listen(socket.socket(fileno=control_fd), size=1 << 20, fds=2, on_request=runner_for,
                   on_hangup=lambda: os._exit(0))
     server.serve_forever()
+
+
+_RUNTIME = "autograder.sandbox_runtime"
+
+
+def _import_runtime() -> None:
+    """Every module of the sandbox runtime package, imported (while its files can be read)."""
+    import importlib
+    import pkgutil
+
+    package = importlib.import_module(_RUNTIME)
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{_RUNTIME}.{info.name}")
 
 
 def _become_runner(message: bytes, fds: list[int], zygotes_fd: int) -> None:
@@ -148,13 +162,12 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
         # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot
         # A cold sandbox runs the runtime as the package `agsandbox` (a copy in its folder),
-        # and probes import it by that name (simulated_cuda.journal()): the same modules here.
-        from autograder import sandbox_runtime
-        from autograder.sandbox_runtime import codec, simulated_cuda, wire
-
-        sys.modules[RUNTIME_PACKAGE] = sandbox_runtime
-        for module in (codec, fork_server, simulated_cuda, wire, worker):
-            sys.modules[f"{RUNTIME_PACKAGE}.{module.__name__.rsplit('.', 1)[1]}"] = module
+        # and probes import it by that name (agsandbox.codec's class_name, agsandbox.caught):
+        # the same modules here, every one of them. A module left out made a probe's import
+        # fail over to its trusted-side stand-in, and look-alike classes passed in batches.
+        for name, module in list(sys.modules.items()):
+            if name == _RUNTIME or name.startswith(_RUNTIME + "."):
+                sys.modules[RUNTIME_PACKAGE + name[len(_RUNTIME):]] = module
         sys.argv[:] = ["sandbox"]
         worker.main(["zygote", str(control_fd)])
     except BaseException:  # noqa: BLE001 - say why, then fail like the launcher does

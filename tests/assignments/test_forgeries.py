@@ -12,12 +12,11 @@ hostile/: the collusion ones replace torch.distributed by fakes that sum through
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from acceptance import grade_all
 
-from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 
@@ -47,23 +46,21 @@ def _submissions() -> dict[str, tuple]:
     }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    base = tmp_path_factory.mktemp("forgeries")
+# Each forgery graded both ways the engine runs: runners started cold (`autograder grade`,
+# Gradescope) and forked warm (a batch worker). The warm zygotes once lacked modules that probes
+# import, and look-alike classes passed in batches only.
+@pytest.fixture(scope="module", params=["cold", "warm"])
+def graded(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict:
+    base = tmp_path_factory.mktemp(f"forgeries_{request.param}")
     submissions = _submissions()
 
-    def grade_one(name: str):
-        assignment, text = submissions[name]
+    folders = {}
+    for name, (assignment, text) in submissions.items():
         folder = base / "submissions" / name
         folder.mkdir(parents=True)
         (folder / f"{assignment.config.module}.py").write_text(text)
-        try:
-            return grade_loaded(folder, assignment, base / "out" / name)
-        except Exception as exc:  # one broken grading must not hide the others
-            return exc
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(submissions, pool.map(grade_one, submissions), strict=True))
+        folders[name] = (folder, assignment)
+    return grade_all(folders, base / "out", warm=request.param == "warm")
 
 
 def by_function(report) -> dict[str, float]:
