@@ -12,13 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
+from acceptance import grade_all
 
-from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import key_answers
@@ -74,14 +73,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory, mutants_dir: Path) -> dict:
         yaml.safe_dump(key_answers(ASSIGNMENT.bank)))
     (folders["partial"] / "answers.yml").write_text((PARTIAL_DIR / "answers.yml").read_text())
 
-    def grade_one(name: str):
-        try:
-            return grade_loaded(folders[name], ASSIGNMENT, base / "out" / name)
-        except Exception as exc:  # one broken grading must not hide the others
-            return exc
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(folders, pool.map(grade_one, folders), strict=True))
+    return grade_all({name: (folder, ASSIGNMENT) for name, folder in folders.items()},
+                     base / "out")
 
 
 def part(report, name: str) -> float:

@@ -2,9 +2,9 @@
 
 Every submission (reference, blank template, the demo's partial example, each mutant and each
 alternative solution, made from the reference by scripts/make_mutants.py into a temporary folder
-when the tests start) is graded once by a module-scoped fixture, two at a time, and the tests
-below only read the cached reports: one grading takes ~13 s, so grading per test would multiply
-the suite's time.
+when the tests start) is graded once by a module-scoped fixture, two at a time on warm runners
+(acceptance.grade_all), and the tests below only read the cached reports: grading per test would
+multiply the suite's time.
 
 - The reference solution with the full key scores 100 / 100 (on CPU the GPU tests are left out
   and the others reweighted, as grading.yml's gpu_policy says).
@@ -24,14 +24,13 @@ import json
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from acceptance import grade_all
 
-from autograder.grading.grade import grade_loaded
 from autograder.grading.results import Report
 from autograder.grading.results import TestResult as Result  # not a test class
 from autograder.project.assignment import load_assignment
@@ -161,15 +160,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory, mutants_dir: Path) -> Grade
     base = tmp_path_factory.mktemp("dp_basics_grading")
     folders = build_submissions(base / "submissions", mutants_dir)
 
-    def grade_one(name: str) -> Report | Exception:
-        try:
-            return grade_loaded(folders[name], ASSIGNMENT, base / "out" / name)
-        except Exception as exc:  # one broken grading must not hide the others' results
-            return exc
-
-    # grade_loaded waits on subprocesses, so threads overlap well; 2 matches the CI machine.
-    with ThreadPoolExecutor(2) as pool:
-        reports = dict(zip(folders, pool.map(grade_one, folders), strict=True))
+    reports = grade_all({name: (folder, ASSIGNMENT) for name, folder in folders.items()},
+                        base / "out")
     return Graded(base / "out", reports)
 
 
