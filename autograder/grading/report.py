@@ -19,7 +19,6 @@ from autograder.grading.visibility import release_of, student_view
 from autograder.project import templates
 from autograder.project.inert import clip
 from autograder.project.schemas import validate
-from autograder.questions.answers import NOT_ANSWERED
 
 # Each written file (results.json, report.json, report.md, report.html), whatever the
 # submission printed or provoked: past it, printed output and then messages are cut to fit.
@@ -214,7 +213,8 @@ class _PartView:
 
 
 def _unanswered(t: TestResult) -> bool:
-    return t.part == "multiple_choice" and t.status == "failed" and t.message == NOT_ANSWERED
+    # The cause, set where the answer was read; the message is for people and may be reworded.
+    return t.part == "multiple_choice" and t.status == "failed" and t.cause == "not_answered"
 
 
 def _part_views(report: Report) -> list[_PartView]:

@@ -152,13 +152,20 @@ def test_excerpt_for_hidden_tests_cuts_at_a_word() -> None:
 
 def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
     """Eleven unanswered questions were eleven boxes that pushed the coding part below the
-    fold; now one line lists them, and a wrong answer keeps its own box."""
+    fold; now one line lists them, and a wrong answer keeps its own box. The line reads the
+    cause, not the message: a reworded message stays on it, and a wrong answer whose message
+    happens to say "not answered" keeps its box."""
     report = report_of({})
     for t in report.tests:
         if t.part == "multiple_choice":
             t.visibility = "visible"  # answer problems show at once
             if int(t.item[1:]) % 2:
-                t.status, t.score, t.message = "failed", 0.0, "not answered"
+                t.status, t.score, t.cause = "failed", 0.0, "not_answered"
+                t.message = "left blank in answers.yaml"
+    # Wrong answers (cause answered, invalid_answer) whose message reads like a left-out one.
+    q12, q18 = (next(t for t in report.tests if t.item == item) for item in ("q12", "q18"))
+    q12.message = "not answered"
+    q18.cause, q18.message = "invalid_answer", "not answered"
     view = _part_views(report)[0]
     odd = [f"q{i:02}" for i in range(1, 21, 2)]
     assert [t.item for t in view.unanswered] == odd
@@ -167,6 +174,6 @@ def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
     write_outputs(report, tmp_path)
     md = (tmp_path / "report.md").read_text()
     html = (tmp_path / "report.html").read_text()
-    assert md.count("not answered") == 0 and md.count("Not answered (10 questions") == 1
+    assert md.count("left blank") == 0 and md.count("Not answered (10 questions") == 1
     assert "q01, q03, q05" in html and html.count('class="test"') == 3
     assert "Everything" not in md.split("## Coding")[0]
