@@ -128,6 +128,10 @@ def _assignment(value: str | None, positional: str | None = None) -> str:
 
 ASSIGNMENT_OPTION = click.option("--assignment", "-a", "assignment",
                                  help="Assignment name, e.g. hw1.")
+# For commands that read a batch's OUT, whose gradebook knows its assignment: optional.
+GRADED_ASSIGNMENT_OPTION = click.option(
+    "--assignment", "-a", "assignment",
+    help="Check that OUT graded this assignment (its gradebook knows which).")
 UNSAFE_OPTION = click.option(
     "--unsafe-no-isolation", "unsafe", is_flag=True,
     help="Run student code WITHOUT isolation, as this user (root included): only to debug the "
@@ -540,12 +544,13 @@ def _batch_said(summary: Any, out: Path) -> None:
               help="The folder a batch wrote (its gradebook.sqlite).")
 @click.option("--since-run", type=click.IntRange(min=1), metavar="N",
               help="Only runs from run N on (ids as shown).")
-def history(who: str, out: Path, since_run: int | None) -> None:
+@GRADED_ASSIGNMENT_OPTION
+def history(who: str, out: Path, since_run: int | None, assignment: str | None) -> None:
     """A student's grading runs (SID, or a submission key) and what changed between them:
     score, status and the tests whose outcome changed."""
     from autograder.batch.driver import history as read_history
 
-    found = read_history(out, who, since_run)
+    found = read_history(out, who, since_run, assignment)
     for entry in found:
         students = ", ".join(entry.students)
         click.echo(inert(f"{entry.key}" + (f": {students}" if students else "")))
@@ -621,14 +626,15 @@ def extend(sid: str, assignment: str | None, out: Path, until: str | None, clear
 
 @main.command("release-feedback", epilog=EXIT_CODES)
 @OUT_OPTION
-@click.option("--assignment", "-a", "assignment",
-              help="Check that OUT graded this assignment (its gradebook knows which).")
+@GRADED_ASSIGNMENT_OPTION
 @click.option("--to", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write one folder per student (default: OUT/feedback).")
 def release_feedback(out: Path, assignment: str | None, to: Path | None) -> None:
     """Write what students may see, and nothing else, one folder per student: their report
-    files (results.json, report.json, report.md, report.html). No statuses, flags, similarity,
-    overrides or staff files."""
+    files (results.json, report.json, report.md, report.html) and grade.json, the score every
+    export gives them (an override's, never its reason; no score before the due date, when
+    their reports count the coding part alone). No statuses, flags, similarity, reasons or
+    staff files."""
     from autograder.batch.feedback import release_feedback as release
 
     done = release(out, to, assignment)

@@ -418,14 +418,29 @@ class SubmissionHistory:
     adjustments: list[Adjustment] = field(default_factory=list)  # its students', oldest first
 
 
-def history(out: Path, who: str, since_run: int | None = None) -> list[SubmissionHistory]:
-    """The runs of each submission of `who` (a sid or a submission key) in OUT's gradebook,
-    oldest first, each with what changed since the one before (score, status, tests), from
-    run `since_run` on when given. Raises BatchError when the gradebook or the student is
-    not there."""
+def graded_gradebook(out: Path, assignment: str | None = None) -> Path:
+    """OUT's gradebook; raises BatchError when there is none, or when its runs did not grade
+    `assignment` (when given: commands that read a batch's OUT take `-a` as every command does,
+    and this catches the wrong OUT before anything is read or written)."""
     path = out / "gradebook.sqlite"
     if not path.is_file():
         raise BatchError(f"no gradebook in {out}: run `autograder batch ... --out {out}` first")
+    if assignment is not None:
+        with Gradebook(path) as book:
+            graded = book.assignments()
+        if assignment not in graded:
+            raise BatchError(f"{path} holds {', '.join(sorted(graded)) or 'no run'}, "
+                             f"not {assignment}")
+    return path
+
+
+def history(out: Path, who: str, since_run: int | None = None,
+            assignment: str | None = None) -> list[SubmissionHistory]:
+    """The runs of each submission of `who` (a sid or a submission key) in OUT's gradebook,
+    oldest first, each with what changed since the one before (score, status, tests), from
+    run `since_run` on when given. Raises BatchError when the gradebook or the student is
+    not there, or when the gradebook is not of `assignment` (when given)."""
+    path = graded_gradebook(out, assignment)
     found = []
     with Gradebook(path) as book:
         keys = book.keys_of(who)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.batch.driver import BatchError, exclusive, swap_folder
+from autograder.batch.driver import BatchError, exclusive, graded_gradebook, swap_folder
 from autograder.batch.gradebook import Gradebook
 from autograder.batch.gradesheet import members
 from autograder.batch.records import GradedSubmission, report_folder
@@ -52,14 +52,7 @@ def release_feedback(out: Path, to: Path | None = None,
     without a gradebook, when OUT's gradebook is not of `assignment` (when given), or when TO
     is a folder that a release did not make."""
     to = (to or out / "feedback").resolve()
-    if not (out / "gradebook.sqlite").is_file():
-        raise BatchError(f"no gradebook in {out}: run `autograder batch ... --out {out}` first")
-    if assignment is not None:
-        with Gradebook(out / "gradebook.sqlite") as book:
-            graded = book.assignments()
-        if assignment not in graded:
-            raise BatchError(f"{out / 'gradebook.sqlite'} holds "
-                             f"{', '.join(sorted(graded)) or 'no run'}, not {assignment}")
+    graded_gradebook(out, assignment)
     reports = (out / "reports").resolve()
     if to == out.resolve() or to == reports or reports in to.parents or to in reports.parents:
         raise BatchError(f"{to}: release into a folder of its own, not OUT or its reports")

@@ -175,11 +175,18 @@ def test_history_of_a_student(graded_class, tmp_path):
         [second.run_id]
     with pytest.raises(BatchError, match="no submission of 'zoe'"):
         history(out, "zoe")
-    result = subprocess.run([str(AUTOGRADER), "history", "carol", "-o", str(out)],
+    with pytest.raises(BatchError, match="holds toy, not dp_basics"):
+        history(out, "carol", assignment="dp_basics")
+    result = subprocess.run([str(AUTOGRADER), "history", "carol", "-o", str(out), "-a", "toy"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "not_importable" in result.stdout and "(+8)" in result.stdout
     assert "add: adds two integers: failed -> passed" in result.stdout
+    # -a names the assignment OUT should hold: another one is a clear error, before any output.
+    wrong = subprocess.run([str(AUTOGRADER), "history", "carol", "-o", str(out), "-a",
+                            "dp_basics"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert "holds toy, not dp_basics" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
 def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(graded_class,
