@@ -431,15 +431,73 @@ def key_numbers(q: Question) -> set[str]:
             if not (x.lstrip("-").isdigit() and abs(int(x)) <= 10)}
 
 
+_SEQUENCE = re.compile(r"-?\d+(?:\.\d+)?(?:\s*,\s*-?\d+(?:\.\d+)?)+")
+LEAK_TEXT_WORDS = 3  # a key this long (in words), found whole outside the bank, gives it away
+
+
+def number_sequences(text: str) -> list[tuple[str, ...]]:
+    """The comma-separated runs of two or more numbers in `text` ("[3, 3, 3, 1]" gives
+    ("3", "3", "3", "1")), whatever the brackets and line breaks around them."""
+    return [tuple(re.split(r"\s*,\s*", m.group())) for m in _SEQUENCE.finditer(text)
+            if not _glued(text, m.start(), m.end())]
+
+
+def _glued(text: str, start: int, end: int) -> bool:
+    # Part of a longer token (`x1, 2`, `1.5.2`, `3, 4a`): not a run of numbers of its own.
+    return (start > 0 and (text[start - 1].isalnum() or text[start - 1] in "._")) or \
+        (end < len(text) and (text[end].isalnum() or text[end] == "_"))
+
+
+def _contains(run: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    return any(run[i:i + len(part)] == part for i in range(len(run) - len(part) + 1))
+
+
+def key_sequences(q: Question) -> set[tuple[str, ...]]:
+    """Runs of numbers in the key's options (`number_sequences`) of any size that neither the
+    stem, the code nor a wrong option holds: "[3, 7, 1]" is the answer even though each of
+    its numbers is small."""
+    given = number_sequences(q.stem) + number_sequences(q.code or "")
+    for letter, option in q.options.items():
+        if letter not in q.answer:
+            given += number_sequences(option)
+    mine: set[tuple[str, ...]] = set()
+    for letter in q.answer:
+        mine |= set(number_sequences(q.options[letter]))
+    return {s for s in mine if not any(_contains(g, s) for g in given)}
+
+
+def key_texts(q: Question) -> set[tuple[str, ...]]:
+    """Each keyed option's whole text as normalised words, when it has `LEAK_TEXT_WORDS` or
+    more, not all of them numbers (`key_sequences` covers those), and no wrong option holds
+    the same words in a row."""
+    others = [normalised_words(o) for x, o in q.options.items() if x not in q.answer]
+    texts = set()
+    for letter in q.answer:
+        words = tuple(normalised_words(q.options[letter]))
+        if len(words) >= LEAK_TEXT_WORDS and not all(_NUMBER.fullmatch(w) for w in words) \
+                and not any(_contains(tuple(o), words) for o in others):
+            texts.add(words)
+    return texts
+
+
 def leaks(q: Question, sources: dict[str, str]) -> list[str]:
     """Where a source (label -> text: a template's docstrings, a public test) holds `q`'s key:
-    one of its distinctive phrases (`key_phrases`) or, as a whole word, one of its numbers."""
+    a keyed option's whole text (`key_texts`), one of its distinctive phrases
+    (`key_phrases`), a run of its numbers (`key_sequences`, of any size) or, as a whole
+    word, one of its numbers."""
     found = []
     for label, text in sources.items():
-        words = normalised_words(text)
-        hits = sorted(" ".join(p) for p in key_phrases(q) & _ngrams(words, LEAK_WORDS))
+        words = tuple(normalised_words(text))
+        for whole in sorted(key_texts(q)):
+            if _contains(words, whole):
+                found.append(f"{q.id}: {label} holds the key's text {' '.join(whole)!r}")
+        hits = sorted(" ".join(p) for p in key_phrases(q) & _ngrams(list(words), LEAK_WORDS))
         if hits:
             found.append(f"{q.id}: {label} holds the key's phrase {hits[0]!r}")
+        runs = number_sequences(text)
+        for sequence in sorted(key_sequences(q)):
+            if any(_contains(run, sequence) for run in runs):
+                found.append(f"{q.id}: {label} holds the key's numbers {', '.join(sequence)}")
         present = set(_NUMBER.findall(text))
         for number in sorted(key_numbers(q) & present):
             found.append(f"{q.id}: {label} holds the key's number {number}")

@@ -96,8 +96,9 @@ def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
     - Torch names: an explanation, a key or a distractor (unless its feedback names the same
       thing) naming a `torch.x.y`, an error type, a private `_name` or a `torch/...py` source
       file that the installed torch does not have.
-    - Leaks: a question's key (a phrase of it no other option has, or a number only it holds)
-      found in the student template (`student_templates/<name>/<name>.py`) or a public test.
+    - Leaks: a question's key (its whole text, a phrase of it no other option has, a run of
+      numbers or a number only it holds) found in what a student reads first: the template
+      module, its notebook, the student README (`student_templates/<name>/`) or a public test.
     """
     root = config_path.resolve().parent / "assignments" / name
     try:
@@ -117,12 +118,26 @@ def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
 
 
 def leak_sources(name: str, config_path: Path = GRADING_CONFIG) -> dict[str, str]:
-    """What a student reads before the key is out: the template and the public tests."""
+    """What a student reads before the key is out: the template module, its notebook (the
+    cells' text), the student README and the public tests, those that exist."""
+    import json
+
     base = config_path.resolve().parent
     sources = {}
-    template = base / "student_templates" / name / f"{name}.py"
-    if template.is_file():
-        sources[str(template.relative_to(base))] = template.read_text(encoding="utf-8")
+    folder = base / "student_templates" / name
+    for path in (folder / f"{name}.py", folder / "README.md"):
+        if path.is_file():
+            sources[str(path.relative_to(base))] = path.read_text(encoding="utf-8")
+    notebook = folder / f"{name}.ipynb"
+    if notebook.is_file():
+        try:
+            cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+            text = "\n\n".join(
+                "".join(c["source"]) if isinstance(c.get("source"), list) else
+                str(c.get("source", "")) for c in cells if isinstance(c, dict))
+        except (ValueError, AttributeError, TypeError):
+            text = notebook.read_text(encoding="utf-8")  # not JSON: scan it as it is
+        sources[str(notebook.relative_to(base))] = text
     public = base / "assignments" / name / "tests" / "public"
     for path in sorted(public.glob("*.py")) if public.is_dir() else []:
         sources[str(path.relative_to(base))] = path.read_text(encoding="utf-8")

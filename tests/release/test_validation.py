@@ -3,12 +3,19 @@ into what a student reads (the template, the public tests)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import yaml
 
-from autograder.project.question_bank import bank_from_data, key_phrases, leaks
+from autograder.project.question_bank import (
+    bank_from_data,
+    key_phrases,
+    key_sequences,
+    key_texts,
+    leaks,
+)
 from autograder.release.validation import check_warnings, missing_torch_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,3 +87,69 @@ def test_a_leaked_number_is_found_and_numbers_every_option_has_are_not() -> None
     q = bank_from_data(data).questions[0]
     assert leaks(q, {"t.py": "pads to 12 samples"}) == ["q01: t.py holds the key's number 12"]
     assert leaks(q, {"t.py": "10 samples, 112 or 1.2"}) == []
+
+
+def _bank(course: Path, name: str):
+    return bank_from_data(yaml.safe_load(
+        (course / "assignments" / name / "questions.yml").read_text("utf-8")))
+
+
+def test_a_leak_planted_in_a_template_docstring_is_found(tmp_path: Path) -> None:
+    # A key's whole text, re-wrapped and re-cased inside a docstring, as a template would word it.
+    course = _course(tmp_path)
+    q = next(q for q in _bank(course, "ddp_training").questions if key_texts(q))
+    words = " ".join(sorted(key_texts(q))[0]).split()
+    wrapped = "\n    ".join(" ".join(words[i:i + 4]).capitalize() for i in range(0, len(words), 4))
+    template = course / "student_templates" / "ddp_training" / "ddp_training.py"
+    source = template.read_text("utf-8")
+    marker = '    """Initialise the default process group'
+    assert marker in source
+    template.write_text(source.replace(marker, f'    """{wrapped}.\n\n    Initialise the '
+                                                "default process group", 1), "utf-8")
+    found = check_warnings("ddp_training", course / "grading.yml")
+    assert any(line.startswith(f"leak: {q.id}: student_templates/ddp_training/ddp_training.py "
+                               "holds the key's text") for line in found), found
+
+
+def test_a_run_of_the_keys_numbers_in_the_notebook_or_the_readme_is_found(
+        tmp_path: Path) -> None:
+    course = _course(tmp_path, "dp_basics")
+    q = next(q for q in _bank(course, "dp_basics").questions if key_sequences(q))
+    numbers = sorted(key_sequences(q))[0]
+    folder = course / "student_templates" / "dp_basics"
+    notebook = folder / "dp_basics.ipynb"
+    data = json.loads(notebook.read_text("utf-8"))
+    data["cells"][1]["source"] = ["# e.g. [", ",\n".join(numbers), "]\n"]
+    notebook.write_text(json.dumps(data), "utf-8")
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text("utf-8") + f"\nFor example ({', '.join(numbers)}).\n")
+    found = check_warnings("dp_basics", course / "grading.yml")
+    for label in ("dp_basics.ipynb", "README.md"):
+        assert f"leak: {q.id}: student_templates/dp_basics/{label} holds the key's numbers " \
+               f"{', '.join(numbers)}" in found, (label, found)
+
+
+def test_runs_of_small_numbers_and_whole_keys_are_matched_and_what_others_hold_is_not() -> None:
+    data = {"assignment": "x", "questions": [{
+        "id": "q01", "source": "new", "topic": "t",
+        "stem": "Which indices does rank 3 of 4 get from 10 samples?",
+        "options": {"A": "[3, 7, 1]", "B": "[3, 7]", "C": "[9]",
+                    "D": "Rank 3 gets every fourth sample"},
+        "answer": ["A"], "multiple": False, "points": 1, "hint": "h", "explanation": "e",
+        "feedback": {"B": "b", "C": "c", "D": "d"}}, {
+        "id": "q02", "source": "new", "topic": "t", "stem": "Which is true?",
+        "options": {"A": "The ranks shuffle alike", "B": "The ranks shuffle alike and stop",
+                    "C": "Each rank pads its share with its own first samples"},
+        "answer": ["C"], "multiple": False, "points": 1, "hint": "h", "explanation": "e",
+        "feedback": {"A": "a", "B": "b"}}]}
+    q01, q02 = bank_from_data(data).questions
+    assert key_sequences(q01) == {("3", "7", "1")}
+    assert leaks(q01, {"t.py": "shares: [0, 4, 8], [3, 7,\n 1]"}) == [
+        "q01: t.py holds the key's numbers 3, 7, 1"]
+    assert leaks(q01, {"t.py": "[3, 7] and [7, 1] and 3, 7, 10 and x3, 7, 1"}) == []
+    assert key_texts(q02) == {tuple("each rank pads its share with its own first samples".split())}
+    assert leaks(q02, {"t.py": "EACH rank pads its\n    share with its own first samples."})[0] \
+        == "q02: t.py holds the key's text 'each rank pads its share with its own first samples'"
+    q02_wrong = bank_from_data({**data, "questions": [
+        {**data["questions"][1], "answer": ["A"], "feedback": {"B": "b", "C": "c"}}]}).questions[0]
+    assert key_texts(q02_wrong) == set()  # a wrong option holds the key's words in a row
