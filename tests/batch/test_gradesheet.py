@@ -14,15 +14,22 @@ import pytest
 from openpyxl import load_workbook
 from toy_class import FORMULA_NAME, HOSTILE_NAME, LATE_PENALTY, toy_class
 
+from autograder.batch.gradebook import Gradebook
 from autograder.batch.gradesheet import (
     CANVAS_STUDENT,
+    members,
     number,
     safe_text,
     write_canvas_csv,
     write_grades,
     write_grades_csv,
 )
-from autograder.batch.records import ClassSubmission, GradedSubmission, Submitter
+from autograder.batch.records import (
+    ClassSubmission,
+    GradedSubmission,
+    GradeOutcome,
+    Submitter,
+)
 from autograder.grading.submission_status import SubmissionStatus
 
 
@@ -214,6 +221,60 @@ def test_the_workbook_keeps_sids_as_text_and_numbers_as_numbers(graded, tmp_path
     assert formula.value == FORMULA_NAME and formula.data_type == "s"
     dave = cells["s005"]  # the grader failed: blank cells, not zeros
     assert dave[at["total"]].value is None and dave[at["status"]].value == "grader_error"
+
+
+def _in_a_gradebook(rows: list[GradedSubmission], path: Path) -> list[GradedSubmission]:
+    """`rows` recorded in a real gradebook at `path`, read back as a batch reads them when it
+    writes the class outputs."""
+    with Gradebook(path) as book:
+        for row in rows:
+            book.record(row.submission, "toy", GradeOutcome(row.submission.key, row.report,
+                                                            row.error, row.seconds),
+                        "files", "grader", "assignment", row.late)
+        return book.latest()
+
+
+def test_a_spreadsheet_round_trip_keeps_sids_and_names(graded, tmp_path):
+    """A TA opens grades.xlsx, changes a score, saves; the workbook reopens with every SID
+    (leading zeros kept, still text) and name as the gradebook has them, and the sheet saved
+    as CSV UTF-8, as a spreadsheet program writes it, reads back the same."""
+    _, rows, assignment = graded
+    stored = _in_a_gradebook(_with_bjorn(rows), tmp_path / "gradebook.sqlite")
+    students = {student.sid: student.name for _, student in members(stored)}
+    assert students["03078615"] == BJORN.name and len(students) == 7
+    write_grades(stored, assignment, tmp_path, detail=True)
+    path = tmp_path / "grades.xlsx"
+    before = [[c.value for c in row] for row in load_workbook(path).active.iter_rows()]
+
+    book = load_workbook(path)
+    sheet = book.active
+    at = {cell.value: cell.column for cell in sheet[1]}
+    bjorn_row = next(r for r in range(2, sheet.max_row + 1)
+                     if sheet.cell(r, 1).value == "03078615")
+    sheet.cell(bjorn_row, at["total"]).value = 9.5  # a regrade, typed in by hand
+    book.save(path)
+
+    sheet = load_workbook(path).active
+    after = [[c.value for c in row] for row in sheet.iter_rows()]
+    edited = (bjorn_row - 1, at["total"] - 1)
+    assert after[edited[0]][edited[1]] == 9.5 and before[edited[0]][edited[1]] == 10
+    after[edited[0]][edited[1]] = before[edited[0]][edited[1]]
+    assert after == before  # nothing else changed
+    cells = list(sheet.iter_rows(min_row=2))
+    assert all(row[0].data_type == "s" and row[0].number_format == "@" for row in cells)
+    # "03078615", "Björn Ødegård-Núñez", the formula name as typed: text, as in the gradebook.
+    assert {row[0].value: row[1].value for row in cells} == students
+
+    # Saved back as CSV UTF-8 (a BOM, quotes only where needed), then read as a spreadsheet
+    # program reads it: the SIDs, names and the edited score come back.
+    saved = tmp_path / "grades.csv"
+    with saved.open("w", newline="", encoding="utf-8-sig") as handle:
+        csv.writer(handle).writerows(
+            [["" if v is None else v for v in row] for row in sheet.iter_rows(values_only=True)])
+    header, lines = read(saved)
+    assert header == before[0]
+    assert {line["sid"]: line["name"] for line in lines} == students
+    assert next(line for line in lines if line["sid"] == "03078615")["total"] == "9.5"
 
 
 # ----------------------------------------------------------------------------- Canvas
