@@ -1,6 +1,6 @@
 """What hidden tests import: the names a test needs to talk about student code.
 
-See docs/ARCHITECTURE.md ("Writing hidden tests").
+See docs/AUTHORING.md, section 4 ("Hidden tests: how they reach student code").
 """
 
 from __future__ import annotations
