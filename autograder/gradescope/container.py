@@ -10,7 +10,7 @@ What Gradescope does with the zip, done here with Docker:
    run only, so that `setup.sh` itself runs unchanged where the PyTorch index cannot be reached.
 2. **Run** (`run_submission`): for each submission, a fresh container with Gradescope's defaults
    (`GRADESCOPE`: 768 MB, half a CPU, no network, Docker's default capabilities and seccomp
-   profile, as root; `SELF_HOSTED` adds `--cap-add SYS_ADMIN`, the README's recipe), the files
+   profile, as root; `SELF_HOSTED` adds `--cap-add SYS_ADMIN`, docs/GPU.md's recipe), the files
    copied into `/autograder/submission`, `run_autograder` run from `/autograder`. An observer
    (`observe.py`, the part Gradescope's own harness plays) times it, reads the container's peak
    memory, and then checks that nothing the submission started is left and that results.json

@@ -522,7 +522,7 @@ def _answer_files_check(files: dict[str, bytes], bank: QuestionBank, work: Path)
 
 
 def self_check(assignment: Assignment, files: dict[str, bytes], log: Log = print) -> SelfCheck:
-    """Stricter than a release tool that only runs the tests on the solution: see the README."""
+    """Stricter than a release tool that only runs the tests on the solution: docs/releasing.md."""
     from autograder.grading.supervisor import GradingError, collect_hidden_tests
 
     result = SelfCheck()
