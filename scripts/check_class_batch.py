@@ -5,8 +5,10 @@
     .venv/bin/python scripts/check_class_batch.py /tmp/cls /tmp/cls-out
 
 Compares the latest gradebook run of every submission with expected.json (multiple choice
-exactly, totals exactly where known and within their range always), checks that every submitter
-has a report folder and a grades.csv row, and prints a table of categories. Exit 1 on any mismatch.
+exactly, totals exactly where known and within their range always, the status among those
+expected: `blank` for the template, `not_importable` for a syntax error, `flagged` for hostile
+code, `ok` for a correct one...), checks that every submitter has a report folder and a
+grades.csv row with that status, and prints a table of categories. Exit 1 on any mismatch.
 """
 
 from __future__ import annotations
@@ -52,11 +54,18 @@ def check(export_dir: Path, out: Path) -> list[str]:
         low, high = want["total_range"]
         if not low - TOLERANCE <= got.score <= high + TOLERANCE:
             problems.append(f"{label}: total {got.score} outside [{low}, {high}]")
+        status = got.status.status
+        if status not in want["statuses"]:
+            problems.append(f"{label}: status {status} ({got.status.detail}), expected "
+                            f"{' or '.join(want['statuses'])}")
         for person in want["submitters"]:
             if not (out / "reports" / report_folder(person["sid"]) / "report.html").is_file():
                 problems.append(f"{label}: no report for {person['sid']}")
             if person["sid"] not in rows:
                 problems.append(f"{label}: no grades.csv row for {person['sid']}")
+            elif rows[person["sid"]]["status"] != status:  # what the TA reads
+                problems.append(f"{label}: grades.csv says {rows[person['sid']]['status']} for "
+                                f"{person['sid']}, the gradebook {status}")
     if not (out / "index.html").is_file():
         problems.append("no index.html")
     return problems
@@ -76,7 +85,8 @@ def main() -> int:
           "total")
     for problem in problems:
         print(f"MISMATCH {problem}")
-    print("all totals as expected" if not problems else f"{len(problems)} mismatches")
+    print("all totals and statuses as expected" if not problems
+          else f"{len(problems)} mismatches")
     return 1 if problems else 0
 
 

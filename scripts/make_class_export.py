@@ -14,7 +14,9 @@ writes, under --out (default class-export/, which must be empty or absent; --for
   what grading must give: the multiple-choice score (always exact: computed here by the real
   trusted answers grader on the very file written), the coding score and the total (after the
   late penalty), exact where it is known without grading, else null, with a [low, high] range
-  that always holds.
+  that always holds, and `statuses`: the status the TA's outputs must give it (`blank` for the
+  template, `not_importable` for the syntax error, `flagged` for the hostile code the sandbox
+  notices, `ok` for correct and partial code...), two where the grader's speed decides.
 
 Categories (a deterministic mix for --seed; every variant appears once when --count allows):
 
@@ -306,6 +308,16 @@ class Variant:
     everything: bool = False  # the whole coding part scores 0
     uncertain: list[str] = field(default_factory=list)  # functions that may lose points
     assumes: str | None = None
+    # The statuses a TA may see (statuses.SubmissionState): one, except where the grader's
+    # speed decides (a hostile call cut by its time budget, or done within it); what
+    # check_class_batch.py holds a batch to.
+    statuses: tuple[str, ...] = ("ok",)
+
+
+# Mutants whose mistake is more than a wrong result: nccl for 3 ranks on 2 GPUs leaves the
+# rank without one failing while the others wait for it at the rendezvous, so the test times
+# out (every other mutant's status is ok).
+MUTANT_STATUSES = {"setup_nccl_when_any_gpu": ("timed_out",)}
 
 
 class Variants:
@@ -332,7 +344,8 @@ class Variants:
             spec = next(s for s in self.mm.MUTANTS if s[0] == name.split(":", 1)[1])
             return Variant("partial", name, f"{spec[1]}: {spec[2]}",
                            {module: self.mm.mutant_text(self.solution, spec)}, "mostly",
-                           broken=[(spec[1], list(spec[3]))])
+                           broken=[(spec[1], list(spec[3]))],
+                           statuses=MUTANT_STATUSES.get(spec[0], ("ok",)))
         if name == "partial_example":
             by_name = {s[0]: s for s in self.mm.MUTANTS}
             return Variant("partial", name, "the demo's partial example, with its answers",
@@ -341,13 +354,16 @@ class Variants:
                                    for m in self.mm.PARTIAL_MUTANTS])
         if name == "template":
             return Variant("blank", name, "the student template as released, answers null",
-                           {module: self.template}, "template", everything=True)
+                           {module: self.template}, "template", everything=True,
+                           statuses=("blank",))
         if name == "template_some_answers":
             return Variant("blank", name, "the template's stubs, some questions answered",
-                           {module: self.template}, "random", everything=True)
+                           {module: self.template}, "random", everything=True,
+                           statuses=("blank",))
         if name == "syntax_error":
             return Variant("broken", name, "a syntax error (a def without its colon)",
-                           {module: ref + SYNTAX_ERROR}, "mostly", everything=True)
+                           {module: ref + SYNTAX_ERROR}, "mostly", everything=True,
+                           statuses=("not_importable",))
         if name == "missing_function":
             return Variant("broken", name, f"{VICTIM} deleted",
                            {module: without_function(ref, VICTIM)}, "key",
@@ -357,7 +373,7 @@ class Variants:
                            {"DP_basics.py": ref}, "key")
         if name == "misnamed_other":
             return Variant("broken", name, "the module uploaded as solution.py",
-                           {"solution.py": ref}, "key", everything=True)
+                           {"solution.py": ref}, "key", everything=True, statuses=("no_module",))
         if name == "malformed_answers":
             return Variant("broken", name, "answers.yml that is not valid YAML",
                            {module: ref}, "malformed")
@@ -368,29 +384,35 @@ class Variants:
         if name == "no_files":
             return Variant("broken", name, "neither the module nor an answers file",
                            {"notes.txt": "I could not get it to work, sorry.\n"}, "none",
-                           everything=True)
+                           everything=True, statuses=("no_module",))
         if name == "import_loop":
             return Variant("hostile", name, "a busy loop at import (120 s)",
                            {module: ref + HOSTILE_HEADER.format(what="busy loop at import")
-                            + IMPORT_LOOP}, "key", everything=True)
+                            + IMPORT_LOOP}, "key", everything=True,
+                           statuses=("flagged",))
         if name == "sleep_forever":
             return Variant("hostile", name, f"{SLEEPER} sleeps 600 s",
                            {module: ref + HOSTILE_HEADER.format(what="a call that sleeps")
-                            + SLEEPS}, "key", broken=[(SLEEPER, None)])
+                            + SLEEPS}, "key", broken=[(SLEEPER, None)],
+                           statuses=("timed_out",))
         if name == "reads_secrets":
             return Variant("hostile", name, f"{VICTIM} looks for the key, the hidden tests and "
                            "the solution, and answers wrongly if it can read one",
                            {module: ref + HOSTILE_HEADER.format(what="reads the grader's files")
                             + READS_SECRETS}, "key", uncertain=[VICTIM],
-                           assumes="the sandbox hides the grader's files (namespace isolation)")
+                           assumes="the sandbox hides the grader's files (namespace isolation)",
+                           statuses=("flagged",))
         if name == "memory_hog":
             return Variant("hostile", name, f"{VICTIM} allocates and touches ~1 GiB",
                            {module: ref + HOSTILE_HEADER.format(what="memory hog")
-                            + MEMORY_HOG}, "key", uncertain=[VICTIM])
+                            + MEMORY_HOG}, "key", uncertain=[VICTIM],
+                           statuses=("ok", "timed_out"))  # touching 1 GiB can take seconds
         if name == "fork_bomb":
             return Variant("hostile", name, f"{VICTIM} forks up to 100 children per call",
                            {module: ref + HOSTILE_HEADER.format(what="fork bomb")
-                            + FORK_BOMB}, "key", uncertain=[VICTIM])
+                            + FORK_BOMB}, "key", uncertain=[VICTIM],
+                           # children left running, or the forking cut by the time budget
+                           statuses=("flagged", "timed_out"))
         raise ValueError(f"unknown variant {name}")
 
 
@@ -665,6 +687,7 @@ def generate(out: Path, count: int, seed: int, make_zip: bool) -> dict:
             "lateness": lateness.get(index, "on_time"),
             "late": asdict(late) if late else None,
             **expectation(variant, folder, assignment, points, penalty),
+            "statuses": list(variant.statuses),
         }
         if variant.assumes:
             record["assumes"] = variant.assumes
@@ -696,7 +719,8 @@ def generate(out: Path, count: int, seed: int, make_zip: bool) -> dict:
         "notes": ("multiple_choice is exact; coding and total are exact where known, else null; "
                   "coding_range and total_range always hold (total after the late penalty), "
                   "on a CPU grader (GPU tests left out and the others scaled) as on a GPU one; "
-                  "'assumes' names what an exact value relies on"),
+                  "'assumes' names what an exact value relies on; 'statuses' lists the "
+                  "statuses grading may give (two where the grader's speed decides)"),
         "categories": dict(sorted(categories.items())),
         "submissions": ordered,
     }

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from autograder.batch.roster import METADATA, discover
+from autograder.grading.statuses import SUBMISSION_STATES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "make_class_export.py"
@@ -125,6 +126,15 @@ def test_expectations_are_consistent(export):
             assert (folder / "DP_basics.py").is_file() and r["upload_warnings"]
         if r["variant"] == "notebook":
             assert not (folder / "dp_basics.py").exists() and (folder / "dp_basics.ipynb").is_file()
+        # The statuses check_class_batch.py holds a batch to (seen on a real batch of every
+        # variant: scripts/check_class_batch.py).
+        assert r["statuses"] and set(r["statuses"]) <= set(SUBMISSION_STATES), key
+        if r["category"] in ("correct", "partial"):
+            assert r["statuses"] == ["ok"], key
+    statuses = {r["variant"]: r["statuses"] for r in expected["submissions"].values()}
+    assert (statuses["template"], statuses["syntax_error"], statuses["reads_secrets"],
+            statuses["import_loop"], statuses["no_files"], statuses["sleep_forever"]) == \
+        (["blank"], ["not_importable"], ["flagged"], ["flagged"], ["no_module"], ["timed_out"])
 
 
 def test_hostile_submissions_are_bounded(export):
