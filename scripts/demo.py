@@ -68,7 +68,8 @@ def demo(name: str) -> int:
     if release.get("withheld"):
         print(f"The table is the staff's. Until {release.get('results_shown_at') or 'a due date'}"
               f" the students' files withhold the multiple choice ({release['withheld']} "
-              "results) and count the coding part alone (docs: When results are shown).")
+              "results) and count the coding part alone (docs/submission.md: When results are "
+              "shown).")
 
     # The same three as a class, the way a TA grades one (warm workers, gradebook, overview).
     summary = batch(out / "submissions", name, out / "class", jobs=2)
