@@ -71,9 +71,22 @@ def test_key_agrees_with_the_recorded_outcomes() -> None:
     assert no_group.options[letter] == (
         "ValueError: " + no_group.snippet.expect["no_gpu"].match.replace("\\", ""))
 
-    running_stats = q["q16"]
+    running_stats = q["q16"]  # the snippet's second line: the first chunk's update, the batch's
     assert running_stats.answer == ("A",)
-    assert running_stats.options["A"].startswith(_stdout(running_stats, "multi_gpu") + ":")
+    for env in ("no_gpu", "one_gpu", "multi_gpu"):
+        first_chunk, whole_batch = _stdout(running_stats, env).splitlines()[1].split()
+        assert running_stats.options["A"] == first_chunk
+        assert running_stats.options["B"] == whole_batch
+
+    sync_bn = q["q10"]  # converted = per chunk (True), != the whole batch (False)
+    assert sync_bn.answer == ("D",)
+    assert _stdout(sync_bn, "no_gpu").splitlines()[1] == "True False"
+    assert sync_bn.options["D"].startswith("Nothing changes")
+
+    checkpoint = q["q13"]
+    (letter,) = checkpoint.answer
+    assert _stdout(checkpoint, "no_gpu").startswith("net2 RuntimeError opt2 ok")
+    assert checkpoint.options[letter].startswith("Only net2's")
 
     for qid in ("q17", "q18", "q20"):
         (letter,) = q[qid].answer
@@ -83,12 +96,13 @@ def test_key_agrees_with_the_recorded_outcomes() -> None:
     grads = q["q19"]
     assert grads.options[grads.answer[0]] == _stdout(grads, "no_gpu").replace("\n", " / ")
 
-    chunks = q["q11"]
-    first_line = _stdout(chunks, "no_gpu").splitlines()[0]
-    assert chunks.options[chunks.answer[0]] == first_line.strip("[]")
-    devices = q["q12"]
-    assert _stdout(devices, "no_gpu").startswith("3 [2, 2, 2]")
-    assert devices.options[devices.answer[0]].startswith("3 replicas run, with 2 samples each")
+    epoch = q["q11"]  # the first line ends with the epoch's number of replica forwards
+    first_line = _stdout(epoch, "no_gpu").splitlines()[0]
+    assert epoch.options[epoch.answer[0]] == first_line.split()[-1]
+    one_row = q["q12"]
+    printed = _stdout(one_row, "no_gpu")
+    assert printed.startswith("13 [4, 4, 4, 1]") and "\nreplica 3: ValueError: " in printed
+    assert one_row.options[one_row.answer[0]].startswith("The last batch raises ValueError")
 
     fix = q["q14"]
     words = _stdout(fix, "no_gpu").split()
