@@ -272,9 +272,8 @@ def make_distributed_loader(dataset: Dataset, global_batch_size: int, rank: int,
 
     - Backed by a `DistributedSampler`: the ranks' shares are disjoint and, together, cover the
       dataset (padded with repeated samples to an equal share per rank unless `drop_last`).
-    - `shuffle` and `seed` are the sampler's: every rank must use the same seed so the shares
-      come from one permutation. `drop_last` is the sampler's too: drop the tail that would not
-      split evenly across the ranks instead of padding.
+    - `shuffle`, `seed` and `drop_last` are passed on to the sampler (`drop_last`: drop the
+      tail that would not split evenly across the ranks instead of padding).
     - Each rank's batch size is `global_batch_size // world_size`, so one step of all ranks
       together processes `global_batch_size` samples; `ValueError` when `world_size` does not
       divide `global_batch_size` (or any argument is out of range).
