@@ -47,7 +47,7 @@ def init_from_env(backend: str | None = None) -> torch.device:
       `os.environ`. A missing or non-integer `RANK`, `WORLD_SIZE` or `LOCAL_RANK`, or a missing
       `MASTER_ADDR` / `MASTER_PORT`, is a `ValueError` whose message names the variable.
     - `ValueError` unless `WORLD_SIZE >= 1`, `0 <= RANK < WORLD_SIZE` and
-      `0 <= LOCAL_RANK < WORLD_SIZE` (a local rank counts processes on one node only).
+      `0 <= LOCAL_RANK < WORLD_SIZE`.
     - The backend is `backend` when given; otherwise `"nccl"` when CUDA has more than
       `LOCAL_RANK` GPUs, else `"gloo"`.
     - The group is made with `init_method="env://"` (the variables above say where to meet).
