@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from tqdm import tqdm
@@ -44,7 +45,7 @@ from autograder.batch.records import (
 )
 from autograder.batch.roster import discover
 from autograder.batch.similarity import Similarity, check_similarity
-from autograder.grading.late import SubmissionDates, late_entry
+from autograder.grading.late import SubmissionDates, late_entry, results_shown_at
 from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
@@ -119,6 +120,7 @@ class _Planned:
     submission: ClassSubmission
     content_hash: str
     late: LateStatus | None
+    shown_at: datetime | None  # when its after_due_date results may be shown (visibility)
     task: GradeTask
 
 
@@ -202,7 +204,8 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
         for submission in chosen:
             planned = _plan(submission, spec, out, config_path, extensions)
             if not (force or only) and _reports_in_place(submission, out) and book.is_current(
-                    submission.key, planned.content_hash, *versions, planned.late, gpu_now):
+                    submission.key, planned.content_hash, *versions, planned.late,
+                    planned.shown_at, gpu_now):
                 skipped += 1
                 continue
             plan.append(planned)
@@ -350,7 +353,8 @@ def _plan(submission: ClassSubmission, spec: Assignment, out: Path, config_path:
     staging = out / ".staging" / submission.key
     task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
                      assignment=spec.name, config_path=str(config_path.resolve()), dates=dates)
-    return _Planned(submission, tree_hash(submission.path), late, task)
+    return _Planned(submission, tree_hash(submission.path), late,
+                    results_shown_at(spec.config, dates), task)
 
 
 def _run(tasks: list[GradeTask], jobs: int, backend: str, address: str | None,
@@ -466,11 +470,14 @@ def _change(run: dict, before: dict | None) -> RunChange:
     if before is not None:
         for field_name, text in (("content_hash", "new files"),
                                  ("assignment_version", "hidden tests or config changed"),
-                                 ("grader_version", "grader changed")):
+                                 ("grader_version", "grader changed"),
+                                 ("late", "late status changed (an extension?)"),
+                                 ("results_shown_at", "results shown from another date "
+                                                      "(an extension?)")):
             if run[field_name] != before[field_name]:
                 why.append(text)
         if not why:
-            why.append("regraded (--only or --force)")
+            why.append("regraded (--only or --force, or its withheld results now due)")
         if run["score"] is not None and before["score"] is not None:
             delta = round(run["score"] - before["score"], 4)
         for name in dict.fromkeys([*before["tests"], *run["tests"]]):

@@ -28,7 +28,7 @@ from autograder.batch.records import (
     Submitter,
 )
 from autograder.grading.submission_status import SubmissionStatus, derive
-from autograder.grading.visibility import release_due
+from autograder.grading.visibility import graded_for, release_due
 from autograder.project.inert import clip, inert
 
 # One run's stored report: a report is a few hundred KiB at most (report.MAX_FILE_BYTES); one
@@ -148,13 +148,14 @@ class Gradebook:
 
     def is_current(self, key: str, content_hash: str, grader_version: str,
                    assignment_version: str, late: LateStatus | None,
-                   gpu_now: bool = False) -> bool:
+                   shown_at: datetime | None, gpu_now: bool = False) -> bool:
         """True when the latest run of `key` graded these files, with this grader and
-        assignment, under this late status, and the grader did not fail on it, in whole or in
-        part (a check it could not run): a re-run can skip it. With `gpu_now`, a run whose GPU
-        tests are pending (gpu_policy: pending) is not current; nor is one that withheld
-        `after_due_date` results from its students that a grading now would show (as
-        Gradescope's "Regrade all submissions" after the due date)."""
+        assignment, under this late status and for results shown at `shown_at` (an extension
+        moves both), and the grader did not fail on it, in whole or in part (a check it could
+        not run): a re-run can skip it. With `gpu_now`, a run whose GPU tests are pending
+        (gpu_policy: pending) is not current; nor is one that withheld `after_due_date` results
+        from its students that a grading now would show (as Gradescope's "Regrade all
+        submissions" after the due date)."""
         row = self.db.execute(
             "SELECT content_hash, grader_version, assignment_version, late, error, id, status, "
             "report FROM runs WHERE submission_key=? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
@@ -163,7 +164,8 @@ class Gradebook:
             return False
         if SubmissionStatus.from_json(json.loads(row[6]) if row[6] else None).grader_failed:
             return False
-        if release_due(json.loads(row[7]) if row[7] else None):
+        report = json.loads(row[7]) if row[7] else None
+        if not graded_for(report, shown_at) or release_due(report):
             return False
         return not (gpu_now and self.db.execute(
             "SELECT 1 FROM outcomes WHERE run_id=? AND status='pending' LIMIT 1",
@@ -227,12 +229,14 @@ class Gradebook:
 
     def history(self, key: str) -> list[dict]:
         """Every run of one submission, oldest first (without the full reports): id,
-        graded_at, score, raw_score, max_score, error, the versions, status (a dict) and
-        tests ({name: (status, score)} from the run's outcomes)."""
+        graded_at, score, raw_score, max_score, error, the versions, late (JSON), the date its
+        results were shown from (results_shown_at), status (a dict) and tests ({name: (status,
+        score)} from the run's outcomes)."""
         cursor = self.db.execute(
             "SELECT id, graded_at, score, raw_score, max_score, error, content_hash, "
-            "grader_version, assignment_version, status FROM runs WHERE submission_key=? "
-            "ORDER BY id", (key,))
+            "grader_version, assignment_version, late, "
+            "json_extract(report, '$.release.results_shown_at') AS results_shown_at, status "
+            "FROM runs WHERE submission_key=? ORDER BY id", (key,))
         names = [c[0] for c in cursor.description]
         runs = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         for run in runs:

@@ -155,5 +155,13 @@ def release_due(report: dict | None, now: datetime | None = None) -> bool:
     return (now or datetime.now(timezone.utc)) >= parse_timestamp(shown)
 
 
+def graded_for(report: dict | None, shown_at: datetime | None) -> bool:
+    """True when a report (report.json's content, as the gradebook keeps it) was graded for
+    results shown at `shown_at`: a TA's extension moves that date, and a report graded for
+    another one shows its students results on the wrong day."""
+    recorded = ((report or {}).get("release") or {}).get("results_shown_at")
+    return (parse_timestamp(recorded) if recorded else None) == shown_at
+
+
 def _cents(value: float) -> int:
     return round(value * 100)

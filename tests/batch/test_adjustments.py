@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,29 @@ def test_an_extension_moves_the_students_due_date_for_the_late_policy(course, tm
     extend(out, "toy", "s004", "granted by mistake", clear=True, config_path=course.config)
     batch(course.export, "toy", out, config_path=course.config, progress=False)
     assert grades(out)["s004"]["late_penalty_pct"] == "20"
+
+
+def test_an_extension_of_a_student_on_time_moves_the_day_their_results_are_shown(course,
+                                                                                  tmp_path):
+    """Dave submitted on time: no penalty moves, but his results (the key) must stay hidden
+    until his own due date's late period ends, while he may still resubmit."""
+    out = copy_of(course, tmp_path)
+
+    def shown_at() -> datetime:
+        report = json.loads((out / "reports" / "s005" / "report.json").read_text())
+        return parse_timestamp(report["release"]["results_shown_at"])
+
+    before = shown_at()
+    extend(out, "toy", "s005", "family emergency", until="2026-12-16T23:59:00Z",
+           config_path=course.config)
+    summary = batch(course.export, "toy", out, config_path=course.config, progress=False)
+    assert (summary.graded, summary.skipped) == (1, 3)  # Dave's, and only his
+    assert shown_at() - before == timedelta(days=2)
+    assert grades(out)["s005"]["late_penalty_pct"] == "0"
+    (entry,) = history(out, "s005")
+    assert "results shown from another date (an extension?)" in entry.runs[-1].why
+    again = batch(course.export, "toy", out, config_path=course.config, progress=False)
+    assert again.graded == 0  # current now
 
 
 def test_an_extension_before_the_student_is_graded_applies_when_they_are(course, tmp_path):

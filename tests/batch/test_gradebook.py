@@ -13,6 +13,7 @@ import pytest
 from autograder.batch.gradebook import _SCHEMA, SCHEMA_VERSION, Gradebook, GradebookError
 from autograder.batch.records import ClassSubmission, GradeOutcome, Submitter
 from autograder.grading.submission_status import SubmissionStatus
+from autograder.project.late_policy import parse_timestamp
 
 SYNTAX = "your module could not be imported: SyntaxError: expected ':' (toy.py, line 1)"
 
@@ -56,7 +57,7 @@ BUGGED = report("failed", GRADER_BUG, cause="grader_error")
 def test_a_run_the_grader_failed_on_in_whole_or_in_part_is_graded_again(tmp_path):
     with Gradebook(tmp_path / "g.sqlite") as book:
         def current() -> bool:
-            return book.is_current("alice", "h", "g", "a", None)
+            return book.is_current("alice", "h", "g", "a", None, None)
 
         book.record(submission(), "toy", GradeOutcome("alice", PASSED,
                                                       None, 1.0), "h", "g", "a", None)
@@ -96,7 +97,11 @@ def test_a_run_that_withheld_results_now_due_is_graded_again(tmp_path):
                                          ("2020-01-01T00:00:00+00:00", 0, True)):
             book.record(submission(), "toy", GradeOutcome("alice", withheld(shown_at, count),
                                                           None, 1.0), "h", "g", "a", None)
-            assert book.is_current("alice", "h", "g", "a", None) is current, shown_at
+            assert book.is_current("alice", "h", "g", "a", None,
+                                   parse_timestamp(shown_at)) is current, shown_at
+        # Graded for another release date (an extension moved it): not current.
+        assert not book.is_current("alice", "h", "g", "a", None,
+                                   parse_timestamp("2020-01-02T00:00:00+00:00"))
 
 
 def test_a_version_1_gradebook_is_migrated_in_place(tmp_path):
