@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from autograder.grading.results import PARTS, Report, TestResult
+from autograder.grading.results import Report, TestResult
 from autograder.grading.visibility import release_of, student_view
 from autograder.project import templates
 from autograder.project.inert import clip
@@ -130,18 +130,27 @@ def gradescope_results(report: Report, students: bool = True) -> dict:
 
 def _part_line(report: Report, part: str) -> str:
     """'Coding: 62.5 / 70', or what of the part is not shown yet."""
-    title = PART_TITLES[part]
+    row = part_row(report, part)
+    if not row["held"]:
+        return f"{row['title']}: {row['score']} / {row['out_of']}"
+    if row["score"] is None:
+        return f"{row['title']}: not shown yet ({row['held']} points, not counted yet)"
+    return (f"{row['title']}: {row['score']} / {row['shown']} shown so far, "
+            f"{row['held']} more points not counted yet")
+
+
+def part_row(report: Report, part: str) -> dict:
+    """What a student is shown of one part's total, as text: title, score (None when none of
+    its results is shown: a total of 0 would mislead), out_of, and when some of its results are
+    withheld, the points of those shown (`shown`) and withheld (`held`, '' when none is)."""
     mine = [t for t in report.tests if t.part == part and t.status != "excluded"]
     withheld = [t for t in mine if t.status == "withheld"]
     score = next(p.score for p in report.parts if p.name == part)
     most = next(p.max_score for p in report.parts if p.name == part)
-    if not withheld:
-        return f"{title}: {points(score)} / {points(most)}"
     held = round(sum(t.max_score for t in withheld), 2)
-    if len(withheld) == len(mine):
-        return f"{title}: not shown yet ({points(held)} points, not counted yet)"
-    return (f"{title}: {points(score)} / {points(most - held)} shown so far, "
-            f"{points(held)} more points not counted yet")
+    return {"title": PART_TITLES[part], "out_of": points(most),
+            "score": None if withheld and len(withheld) == len(mine) else points(score),
+            "shown": points(round(most - held, 2)), "held": points(held) if withheld else ""}
 
 
 def counted_note(report: Report) -> str | None:
@@ -281,20 +290,13 @@ def _render(report: Report, students: bool = True) -> dict[str, str]:
     validate(data, "report.schema.json", "report.json")
     context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES,
                "counted": counted_note(report), "when": release_of(report).when(),
-               "unshown": _unshown_parts(report)}
+               "part_rows": [part_row(report, p.name) for p in report.parts]}
     return {
         "results.json": json.dumps(results, indent=2),
         "report.json": json.dumps(data, indent=2),
         "report.md": _ENV.get_template("report.md.j2").render(context),
         "report.html": _ENV.get_template("report.html.j2").render(context),
     }
-
-
-def _unshown_parts(report: Report) -> set[str]:
-    """Parts none of whose results are shown (their total would read as a 0)."""
-    return {p for p in PARTS
-            if (mine := [t for t in report.tests if t.part == p and t.status != "excluded"])
-            and all(t.status == "withheld" for t in mine)}
 
 
 def _shrunk(report: Report, output_limit: int, message_limit: int) -> Report:

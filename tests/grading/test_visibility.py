@@ -216,3 +216,21 @@ def test_points_that_students_would_never_be_shown_are_refused(tmp_path, part, v
     with pytest.raises(ConfigError, match=re.escape(f"parts.{part}.visibility")):
         load_config(config)
     # A hidden test worth points: tests/grading/test_pytest_plugin.py.
+
+
+def test_a_part_partly_shown_says_what_its_total_counts(tmp_path):
+    """One question shown (unanswered: 0 points), one withheld: the row must not read 0 / 5,
+    in any file, but say what the 0 is out of and what is not counted yet."""
+    from autograder.grading.report import write_outputs
+
+    report = made(TESTS, DUE - timedelta(hours=1))
+    report.environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none",
+                          "protections": []}
+    write_outputs(report, tmp_path)
+    files = student_files(tmp_path)
+    assert "| Multiple choice | 0 of 2.5 shown so far (2.5 more not counted yet) | 5 |" in \
+        files["report.md"]
+    assert "<td>Multiple choice</td><td class=\"num\">0 of 2.5 shown so far (2.5 more not " \
+           "counted yet)</td>" in files["report.html"]
+    assert "Multiple choice: 0 / 2.5 shown so far, 2.5 more points not counted yet" in \
+        json.loads(files["results.json"])["output"]
