@@ -21,7 +21,8 @@ the page's Content-Security-Policy enforces it). In order:
    link to its side-by-side page.
 
 A student's score override (gradebook adjustments) is marked beside the graded total: whose,
-the score that every export gives them, and the reason (who and when on hover).
+the score that every export gives them, and the reason (who and when on hover). The class's
+numbers, the histogram and the order of the table count it (`score_in_force`).
 
 Charts are PNG files drawn by matplotlib under OUT/overview/. Every text that reaches the page
 goes through Jinja2's autoescape: names, folder names, reasons and failure messages can come
@@ -376,7 +377,7 @@ def _whole_message(line: Line) -> str:
 
 def summary(lines: list[Line]) -> Summary:
     graded = [line.row for line in lines if line.graded]
-    scores = [row.score for row in graded]
+    scores = [row.score_in_force for row in graded]  # a TA's override counts
     maxima = {row.max_score for row in graded}
     return Summary(
         submissions=len(lines), students=sum(len(line.students) for line in lines),
@@ -389,7 +390,7 @@ def summary(lines: list[Line]) -> Summary:
         mean=statistics.fmean(scores) if scores else None,
         median=statistics.median(scores) if scores else None,
         lowest=min(scores, default=None), highest=max(scores, default=None),
-        full_marks=sum(row.score >= row.max_score - 1e-9 for row in graded))
+        full_marks=sum(row.score_in_force >= row.max_score - 1e-9 for row in graded))
 
 
 def needs_a_look(lines: list[Line]) -> list[Line]:
@@ -426,10 +427,11 @@ def score_histogram(rows: list[GradedSubmission], path: Path) -> str:
     maxima = {row.max_score for row in graded}
     if len(maxima) == 1 and maxima != {0}:
         top, unit = maxima.pop(), "points"
-        values = [row.score for row in graded]
+        values = [row.score_in_force for row in graded]
     else:  # differing maxima: compare percentages
         top, unit = 100.0, "% of the maximum"
-        values = [100 * row.score / row.max_score if row.max_score else 0.0 for row in graded]
+        values = [100 * row.score_in_force / row.max_score if row.max_score else 0.0
+                  for row in graded]
     figure = _figure(8, 3)
     axes = figure.add_subplot()
     edges = [top * i / 10 for i in range(11)]
@@ -439,7 +441,7 @@ def score_histogram(rows: list[GradedSubmission], path: Path) -> str:
     axes.axvline(median, color="#54a24b", linewidth=2, linestyle="--",
                  label=f"median {num(median)}")
     axes.set_xlim(0, top)
-    axes.set_xlabel(f"score after late penalty ({unit}, out of {num(top)})")
+    axes.set_xlabel(f"score after late penalty and overrides ({unit}, out of {num(top)})")
     axes.set_ylabel("submissions")
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
@@ -511,7 +513,7 @@ def write_overview(rows: list[GradedSubmission], assignment: Assignment, out: Pa
     names = [f.name for f in functions]
     lines = sorted((_line(row, out, names) for row in rows),
                    key=lambda line: ([n.casefold() for n, _ in line.students], line.key))
-    by_total = sorted(lines, key=lambda line: (not line.graded, -line.row.score,
+    by_total = sorted(lines, key=lambda line: (not line.graded, -line.row.score_in_force,
                                                line.label.casefold(), line.key))
     numbers = summary(lines)
     questions = [s for s in stats if s.part == "multiple_choice"]

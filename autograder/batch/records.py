@@ -143,6 +143,16 @@ class GradedSubmission:
         """The grader did not fail on it: it has a report and a score."""
         return self.report is not None and self.error is None
 
+    @property
+    def score_in_force(self) -> float:
+        """The score the class's numbers count for this submission: the one every export gives
+        its students when they all have the same (an override of each of them), else the
+        graded score after the late penalty (a group whose members differ shows each one's)."""
+        finals = {self.final_score(s.sid) for s in self.submission.submitters}
+        if len(finals) == 1 and None not in finals and self.overrides:
+            return finals.pop()
+        return self.score
+
     def final_score(self, sid: str) -> float | None:
         """What every export gives student `sid`: their override when there is one, else the
         score after the late penalty; None when there is neither (the grader failed)."""

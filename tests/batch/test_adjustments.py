@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -70,6 +71,12 @@ def test_an_override_is_in_every_export_with_who_when_and_why(course, tmp_path, 
     (carol,) = [r for r in rows if "Carol Diaz" in r]
     assert "override Carol Diaz: 9.5 (regrade request #3: divide was right)" in carol
     assert "8 / 10" in carol
+    # The class's numbers count the score in force, as the exports do.
+    totals = list({row["submission"]: float(row["total"]) for row in after.values()
+                   if row["total"]}.values())  # one per submission, as the overview counts
+    mean = browser.js("return document.querySelector('#stat-mean').innerText;")
+    assert mean.split(" / ")[0] == f"{statistics.fmean(totals):.2f}".rstrip("0").rstrip("."), \
+        (mean, totals)
     # The history lists it, with who and when; clearing it is one more entry.
     override(out, "toy", "s004", "the regrade was of the wrong student", clear=True,
              by="ta.kim", config_path=course.config)
