@@ -208,6 +208,9 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
                    f"({inert(report.graded_file['why'])})")
     for part in report.parts:
         click.echo(f"{part.name:<16} {points(part.score):>7} / {points(part.max_score)}")
+    if report.late and report.late["raw_score"] != report.score:  # the parts add up to raw
+        penalty = report.score - report.late["raw_score"]
+        click.echo(f"{'late penalty':<16} {points(penalty):>7}   ({inert(report.late['message'])})")
     click.echo(f"{'total':<16} {points(report.score):>7} / {points(report.max_score)}")
     for warning in report.warnings:  # inert already; again, as this is a terminal
         click.echo(f"note: {inert(warning)}")

@@ -71,6 +71,24 @@ def test_grade_prints_scores_and_where_the_reports_are(tmp_path):
     assert (out / "results.json").exists() and (out / "report.html").exists()
 
 
+def test_grade_of_a_late_submission_prints_the_penalty_between_the_parts_and_the_total(
+        tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course, ignore=shutil.ignore_patterns("submissions"))
+    config = course / "grading.yml"
+    config.write_text(config.read_text().replace(
+        "    module: toy\n", '    module: toy\n    due: "2020-01-01T00:00:00Z"\n'
+        "    late: {policy: per_day, percent_per_day: 10}\n"))
+    result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
+                 str(tmp_path / "out"), "--config", str(config),
+                 "--submitted-at", "2020-01-02T12:00:00Z")  # two started days late
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    penalty = next(i for i, line in enumerate(lines) if line.startswith("late penalty"))
+    assert lines[penalty].split()[2] == "-2" and "20%" in lines[penalty]
+    assert lines[penalty + 1].startswith("total") and lines[penalty + 1].split()[1] == "8"
+
+
 @pytest.mark.parametrize("option, value, said", [
     ("--submitted-at", "yesterday", "'yesterday' is not a date and time"),
     ("--submitted-at", "2026-12-15T10:00:00", "has no time zone"),
