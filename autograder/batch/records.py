@@ -11,9 +11,9 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from autograder.grading.late import LateStatus, SubmissionDates
+from autograder.grading.submission_status import SubmissionStatus, derive
 
 
 def report_folder(sid: str) -> str:
@@ -129,13 +129,11 @@ class GradedSubmission:
     seconds: float
     history: int = 1  # how many runs the gradebook holds for this submission
     extra: dict = field(default_factory=dict)
-    status: Any = None  # submission_status.SubmissionStatus; derived from the report if None
+    status: SubmissionStatus | None = None  # derived from the report if None
     overrides: dict[str, Adjustment] = field(default_factory=dict)  # by sid, those in force
 
     def __post_init__(self) -> None:
         if self.status is None:
-            from autograder.grading.submission_status import derive
-
             self.status = derive(self.report, self.error)
 
     @property
