@@ -32,7 +32,7 @@ from autograder.grading.results import (
 )
 from autograder.grading.submission import SubmissionFiles, locate
 from autograder.grading.submission_status import keep_sandbox_events
-from autograder.grading.supervisor import run_hidden_tests
+from autograder.grading.supervisor import SuiteRun, run_hidden_tests
 from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
@@ -61,13 +61,23 @@ def grade_loaded(submission: Path, assignment: Assignment, out: Path,
     batch and Gradescope) and, with `graded_at` (now by default), what students are shown
     (`release_for`); `runners`: a batch worker's warm runner server (None: runners start cold).
     Returns the full report (the staff's), as written."""
+    return grade_measured(submission, assignment, out, started, dates, runners, graded_at,
+                          staff_out)[0]
+
+
+def grade_measured(submission: Path, assignment: Assignment, out: Path,
+                   started: float | None = None, dates: SubmissionDates | None = None,
+                   runners: RunnerServer | None = None, graded_at: datetime | None = None,
+                   staff_out: Path | None = None) -> tuple[Report, SuiteRun]:
+    """`grade_loaded`, and the run of the hidden tests behind it (the release self-check
+    records the reference's time per test from it)."""
     started = time.monotonic() if started is None else started
     release = release_for(assignment.config, dates, graded_at)
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # sandbox users may pass through to their own folder, not list
     try:
-        report = apply_late(_grade(submission, assignment, workdir, started, runners),
-                            late_entry(assignment.config, dates))
+        graded, suite = _grade(submission, assignment, workdir, started, runners)
+        report = apply_late(graded, late_entry(assignment.config, dates))
     finally:
         keep_sandbox_events(workdir, out)  # for the TA only (see submission_status)
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
@@ -78,11 +88,11 @@ def grade_loaded(submission: Path, assignment: Assignment, out: Path,
     report.release = release.record(report.tests)
     if staff_out is not None:
         write_outputs(report, staff_out, students=False)
-    return write_outputs(report, out)
+    return write_outputs(report, out), suite
 
 
 def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float,
-           runners: RunnerServer | None) -> Report:
+           runners: RunnerServer | None) -> tuple[Report, SuiteRun]:
     config = assignment.config
     try:
         files = _submission_files(submission, workdir / "upload", config.module,
@@ -96,15 +106,14 @@ def _grade(submission: Path, assignment: Assignment, workdir: Path, started: flo
     warnings += mc.warnings
     tests = [_question_result(r, assignment) for r in mc.results]
 
-    outcomes, coding_warnings, environment = run_hidden_tests(assignment, files, workdir,
-                                                              runners)
+    suite = run_hidden_tests(assignment, files, workdir, runners)
     if files.module_problem:
         warnings.append(f"coding part: {files.module_problem}")
-    warnings += coding_warnings
-    tests += coding_results(outcomes, config, warnings, internal_names(assignment))
-    environment["gpu_policy"] = config.gpu_policy
+    warnings += suite.warnings
+    tests += coding_results(suite.outcomes, config, warnings, internal_names(assignment))
+    environment = {**suite.environment, "gpu_policy": config.gpu_policy}
     return build_report(config, submission.name, tests, warnings, environment,
-                        time.monotonic() - started, files.graded_file)
+                        time.monotonic() - started, files.graded_file), suite
 
 
 def internal_names(assignment: Assignment) -> list[str]:

@@ -17,9 +17,10 @@ VISIBILITIES: tuple[str, ...] = tuple(_DEFS["visibility"]["enum"])
 SCORED_VISIBILITIES: tuple[str, ...] = tuple(_DEFS["scored_visibility"]["enum"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """What the runner is asked to do; written by the parent as JSON."""
+    """What the runner is asked to do; written by the parent as JSON. Each runner of a grading
+    gets its own, made by the supervisor: what earlier runners of it found is in it."""
 
     tests_dir: str
     assignment_dir: str

@@ -9,14 +9,13 @@ group is killed before this returns.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 import select
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from autograder.grading.fork_channel import ForkedChild, RunnerServer
@@ -61,10 +60,22 @@ class GradingError(RuntimeError):
     is written (on Gradescope, the fallback asks the student to contact staff)."""
 
 
+@dataclass(frozen=True)
+class SuiteRun:
+    """What running the hidden tests gave: each test's outcome in collection order, warnings,
+    the runner's environment, and what the release self-check records of the reference: the
+    seconds of each passed test by nodeid, and the calibration workload's seconds."""
+
+    outcomes: list[CodingOutcome]
+    warnings: list[str]
+    environment: dict
+    durations: dict[str, float]
+    calibration: float | None
+
+
 def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Path,
-                     runners: RunnerServer | None = None,
-                     ) -> tuple[list[CodingOutcome], list[str], dict]:
-    """Outcomes of every hidden test in collection order, warnings, and the runner's environment.
+                     runners: RunnerServer | None = None) -> SuiteRun:
+    """Every hidden test of `assignment` run on `files` (see SuiteRun).
 
     `runners`: a batch worker's warm runner server, which forks each runner (None: each runner
     is a new interpreter).
@@ -91,25 +102,9 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Pa
         budget_factor=config.budget_factor, budget_floor=config.budget_floor,
         tracebacks=bool(os.environ.get("AUTOGRADER_KEEP_WORKDIR")))
     supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout, runners)
-    try:
-        return supervisor.run()
-    finally:
-        recorder = _durations.get()
-        if recorder is not None:
-            recorder.update(supervisor.durations)
-            recorder["calibration"] = supervisor.job.machine_calibration
-
-
-# Set by the release self-check around its grading of the reference (see record_durations):
-# each hidden test's wall time, by nodeid, and the calibration workload's seconds.
-_durations: contextvars.ContextVar[dict | None] = contextvars.ContextVar("durations",
-                                                                         default=None)
-
-
-def record_durations(into: dict) -> contextvars.Token:
-    """Collect, into `into`, the duration of each hidden test graded in this thread (and
-    "calibration": the workload's seconds); `_durations.reset(token)` stops it."""
-    return _durations.set(into)
+    outcomes, warnings, environment = supervisor.run()
+    return SuiteRun(outcomes, warnings, environment, supervisor.durations,
+                    supervisor.machine_calibration)
 
 
 def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
@@ -138,6 +133,11 @@ class _Supervisor:
         self.environment: dict = {}
         self.durations: dict[str, float] = {}  # nodeid -> seconds the test took
         self.budgets: dict = {}
+        # What this grading's runners found, handed to each later runner in its Job.
+        self.hung: dict[str, dict] = dict(job.hung)
+        self.crashed: dict[str, dict] = dict(job.crashed)
+        self.imports_spent: float = job.imports_spent
+        self.machine_calibration: float | None = job.machine_calibration
 
     def run(self) -> tuple[list[CodingOutcome], list[str], dict]:
         try:
@@ -154,7 +154,7 @@ class _Supervisor:
         if self.budgets:
             self.environment["time_budgets"] = self.budgets
         if self.job.sandbox_dir is not None:  # what starting the student's code took, in all
-            self.environment["imports"] = {"seconds": round(self.job.imports_spent, 2),
+            self.environment["imports"] = {"seconds": round(self.imports_spent, 2),
                                            "limit_seconds": self.job.import_timeout}
         return outcomes, self.warnings, self.environment
 
@@ -163,23 +163,23 @@ class _Supervisor:
         how many tests that need it were not run; and one if imports used up their
         allowance."""
         lines = []
-        for function, first in self.job.hung.items():
+        for function, first in self.hung.items():
             skipped = self._not_run("not_run_hung", function)
             lines.append(f"{function} did not finish within {seconds_text(first['seconds'])} s "
                          f"in the test '{first['test']}' (the first to hang); "
                          + _skipped_text(skipped))
-        for function, record in self.job.crashed.items():
-            if function in self.job.hung or record["crashes"] < self.job.crash_limit:
+        for function, record in self.crashed.items():
+            if function in self.hung or record["crashes"] < self.job.crash_limit:
                 continue
             skipped = self._not_run("not_run_crashed", function)
             lines.append(f"{function} crashed {record['crashes']} times, first in the test "
                          f"'{record['test']}' ({record['message']}); "
                          + _skipped_text(skipped))
-        if self.job.imports_spent >= self.job.import_timeout:
+        if self.imports_spent >= self.job.import_timeout:
             skipped = self._not_run("not_run_imports")
             lines.append(f"importing your module used up this submission's "
                          f"{seconds_text(self.job.import_timeout)} s for imports "
-                         f"({seconds_text(self.job.imports_spent)} s in all); "
+                         f"({seconds_text(self.imports_spent)} s in all); "
                          + _skipped_text(skipped, need=False))
         return lines
 
@@ -219,7 +219,9 @@ class _Supervisor:
 
     def _run_once(self) -> bool:
         """One runner process; True when it finished the suite."""
-        job = Job(**{**asdict(self.job), "skip": sorted(self.results)})
+        job = replace(self.job, skip=sorted(self.results), hung=dict(self.hung),
+                      crashed=dict(self.crashed), imports_spent=self.imports_spent,
+                      machine_calibration=self.machine_calibration)
         read_fd, write_fd = os.pipe()
         _make_private(Path(job.output_dir))
         # pytest's output: tracebacks quote hidden tests, so for the grader's user alone.
@@ -276,17 +278,17 @@ class _Supervisor:
                                 self.durations[nodeid] = duration
                             current = None
                         case Hung(function=function):  # later runners of this grading know it
-                            self.job.hung.setdefault(function, {
+                            self.hung.setdefault(function, {
                                 "seconds": event.seconds, "test": event.test,
                                 "nodeid": event.nodeid})
                         case Crashed(function=function):  # so do they its crashes
-                            self.job.crashed[function] = {
+                            self.crashed[function] = {
                                 "crashes": event.crashes, "test": event.test,
                                 "nodeid": event.nodeid, "message": event.message}
                         case Imports(seconds=seconds):  # and what its imports have taken
-                            self.job.imports_spent = seconds
+                            self.imports_spent = seconds
                         case Calibration(seconds=seconds, factor=factor):
-                            self.job.machine_calibration = seconds
+                            self.machine_calibration = seconds
                             self.budgets = {
                                 "machine_factor": round(factor, 2),
                                 "calibration_seconds": round(seconds, 3),

@@ -445,8 +445,7 @@ def _failed_tests(report: Report) -> list[str]:
 def _grade_reference(assignment: Assignment, work: Path,
                      timings: list[budgets.Timings] | None = None) -> list[str]:
     """Problems of the reference's grading; its time per hidden test appended to `timings`."""
-    from autograder.grading.grade import grade_loaded
-    from autograder.grading.supervisor import _durations, record_durations
+    from autograder.grading.grade import grade_measured
 
     folder = work / "reference"
     folder.mkdir()
@@ -454,17 +453,12 @@ def _grade_reference(assignment: Assignment, work: Path,
     (folder / f"{assignment.config.module}.py").write_text(reference(source), encoding="utf-8")
     (folder / "answers.yml").write_text(yaml.safe_dump(key_answers(assignment.bank),
                                                        sort_keys=False), encoding="utf-8")
-    durations: dict = {}
-    token = record_durations(durations)
-    try:
-        report = grade_loaded(folder, assignment, work / "reference-out")
-    finally:
-        _durations.reset(token)
+    report, suite = grade_measured(folder, assignment, work / "reference-out")
     if timings is not None:
-        calibration = durations.pop("calibration", None) or budgets.calibration_seconds()
+        calibration = suite.calibration or budgets.calibration_seconds()
         timings.append(budgets.Timings(
             budgets.fingerprint(assignment.root, assignment.config.module), calibration,
-            durations))
+            dict(suite.durations)))
     failed = _failed_tests(report)
     pending = any(t.status == "pending" for t in report.tests)
     if failed or (not pending and abs(report.score - report.max_score) > 1e-6):

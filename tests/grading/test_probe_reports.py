@@ -76,8 +76,8 @@ def test_a_report_that_lacks_what_a_check_reads_is_the_students_failure(assignme
                                                                          tmp_path):
     made = assignment(HIDDEN)
     made.probes.write_text(made.probes.read_text() + PROBES)
-    outcomes, _, _ = run_hidden_tests(made, locate(toy / "submissions" / "good", "toy"),
-                                      tmp_path)
+    outcomes = run_hidden_tests(made, locate(toy / "submissions" / "good", "toy"),
+                                tmp_path).outcomes
     seen = {o.name.split(": ", 1)[1]: (o.status, o.message) for o in outcomes}
     assert seen == {
         "a field the scenario's report lacks": (

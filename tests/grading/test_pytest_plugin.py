@@ -236,7 +236,8 @@ def test_every_ending_of_a_test_becomes_a_status_and_a_message(assignment, tmp_p
     made = assignment(ENDINGS)
     files = SubmissionFiles(tmp_path / "upload", None, "no toy.py found in your submission",
                             None, [])
-    outcomes, warnings, environment = run_hidden_tests(made, files, tmp_path)
+    suite = run_hidden_tests(made, files, tmp_path)
+    outcomes, warnings, environment = suite.outcomes, suite.warnings, suite.environment
     seen = {o.name.split(": ", 1)[1]: (o.status, o.message) for o in outcomes}
     assert seen["passes"] == ("passed", "")
     assert seen["the author's message"] == ("failed", "the sum of the hidden list is wrong")
