@@ -44,8 +44,7 @@ def serve(control_fd: int) -> None:
 
     # Everything a warm zygote's workers import, imported here: a fork enters a file-system
     # view where the grader's package is not, so a module imported later fails (simulated
-    # GPUs did: every simulated-GPU test of a batch failed at the student's import). Every
-    # module of the runtime, not a list: probes import them as agsandbox.* (_become_zygote).
+    # GPUs did: every simulated-GPU test of a batch failed at the student's import).
     _import_runtime()
 
     torch.set_num_threads(1)  # no math here; a fork after multi-threaded work can deadlock
@@ -82,17 +81,37 @@ def serve(control_fd: int) -> None:
     server.serve_forever()
 
 
-_RUNTIME = "autograder.sandbox_runtime"
-
-
 def _import_runtime() -> None:
-    """Every module of the sandbox runtime package, imported (while its files can be read)."""
+    """The sandbox runtime, every module of it, imported under the name a cold sandbox gives
+    its copy (RUNTIME_PACKAGE, `agsandbox`), while its files can be read. Its classes then carry
+    the names the trusted side reads (agsandbox.worker.NetworkRefused), and probes import
+    agsandbox.codec and agsandbox.caught as in a cold sandbox: a module under another name, or
+    missing, made them fall back to their trusted-side stand-ins, and look-alike classes and
+    refused connections went unseen in batches."""
     import importlib
+    import importlib.util
     import pkgutil
 
-    package = importlib.import_module(_RUNTIME)
+    from autograder.sandbox.folder import RUNTIME_PACKAGE, RUNTIME_SOURCE
+
+    spec = importlib.util.spec_from_file_location(
+        RUNTIME_PACKAGE, RUNTIME_SOURCE / "__init__.py",
+        submodule_search_locations=[str(RUNTIME_SOURCE)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[RUNTIME_PACKAGE] = package
+    spec.loader.exec_module(package)
     for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{_RUNTIME}.{info.name}")
+        importlib.import_module(f"{RUNTIME_PACKAGE}.{info.name}")
+
+
+def _forget_runtime() -> None:
+    """A runner is trusted: it imports the runtime as autograder.sandbox_runtime, as a cold
+    runner does, and probes imported here must not find `agsandbox` (their stand-ins are the
+    trusted side's)."""
+    from autograder.sandbox.folder import RUNTIME_PACKAGE
+
+    for name in [n for n in sys.modules if n.split(".")[0] == RUNTIME_PACKAGE]:
+        del sys.modules[name]
 
 
 def _become_runner(message: bytes, fds: list[int], zygotes_fd: int) -> None:
@@ -103,6 +122,7 @@ def _become_runner(message: bytes, fds: list[int], zygotes_fd: int) -> None:
         from autograder.grading.job import Job
         from autograder.grading.runner import run
 
+        _forget_runtime()
         os.setsid()
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with us
         results_fd, log_fd = fds
@@ -135,10 +155,13 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
     left open, the sandbox's environment, cgroup and limits, then the launcher's namespaces,
     file-system view and unprivileged user (see isolation_launcher.enter_namespaces)."""
     try:
+        import importlib
+
         from autograder.sandbox import client as sandbox
         from autograder.sandbox import launcher as isolation_launcher
         from autograder.sandbox.folder import RUNTIME_PACKAGE
-        from autograder.sandbox_runtime import worker
+
+        worker = importlib.import_module(f"{RUNTIME_PACKAGE}.worker")  # see _import_runtime
 
         request = json.loads(message)
         control_fd, out_fd = fds
@@ -157,17 +180,11 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
         os.chdir(spec["cwd"])
         os.environ.clear()
         os.environ.update(spec["env"])
+        _as_a_cold_interpreter()
         isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
         # Not dumpable (changing uid cleared the flag; the zygote clears it anyway, as in a cold
         # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot
-        # A cold sandbox runs the runtime as the package `agsandbox` (a copy in its folder),
-        # and probes import it by that name (agsandbox.codec's class_name, agsandbox.caught):
-        # the same modules here, every one of them. A module left out made a probe's import
-        # fail over to its trusted-side stand-in, and look-alike classes passed in batches.
-        for name, module in list(sys.modules.items()):
-            if name == _RUNTIME or name.startswith(_RUNTIME + "."):
-                sys.modules[RUNTIME_PACKAGE + name[len(_RUNTIME):]] = module
         sys.argv[:] = ["sandbox"]
         worker.main(["zygote", str(control_fd)])
     except BaseException:  # noqa: BLE001 - say why, then fail like the launcher does
@@ -176,6 +193,19 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
     os._exit(121)
+
+
+def _as_a_cold_interpreter() -> None:
+    """What a cold sandbox's fresh `python -I -S -B` has and a fork of this server would not:
+    no bytecode written into the sandbox, no site builtins (exit, quit, help...), and the
+    temp folder found again from the sandbox's TMPDIR (the server's detect() fixed its own)."""
+    import builtins
+    import tempfile
+
+    sys.dont_write_bytecode = True
+    for name in ("exit", "quit", "help", "copyright", "credits", "license"):
+        builtins.__dict__.pop(name, None)
+    tempfile.tempdir = None
 
 
 if __name__ == "__main__":

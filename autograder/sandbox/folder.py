@@ -18,7 +18,9 @@ from autograder.sandbox_runtime import cells
 RUNTIME_PACKAGE = "agsandbox"
 
 
-_RUNTIME_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_runtime"
+# The runtime's source, copied into each sandbox folder as RUNTIME_PACKAGE (warm zygotes
+# import it under that name: autograder.grading.warm_runner).
+RUNTIME_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_runtime"
 
 
 def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path | None,
@@ -39,7 +41,7 @@ def prepare_sandbox_dir(module_file: Path | None, module_name: str, probes: Path
         # it could change probes.py itself: probes are never trusted (see ARCHITECTURE.md).
         py_compile.compile(str(root / "probes.py"), doraise=True, quiet=1,
                            invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
-    shutil.copytree(_RUNTIME_SOURCE, root / RUNTIME_PACKAGE,
+    shutil.copytree(RUNTIME_SOURCE, root / RUNTIME_PACKAGE,
                     ignore=shutil.ignore_patterns("__pycache__"))
     (root / "tmp").mkdir()
     return root

@@ -36,6 +36,11 @@ class NetworkRefused(PermissionError):
 
 
 def main(argv: list[str]) -> None:
+    import signal
+
+    # Ctrl-C is Python's in student code, whatever the grader ignored (a batch worker ignores
+    # SIGINT, and its runners, warm or cold, and their sandboxes would inherit that).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _refuse_network()
     if argv[0] == "zygote":
         zygote(int(argv[1]))

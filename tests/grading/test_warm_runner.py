@@ -126,6 +126,50 @@ def test_grading_through_the_server_gives_the_same_report_as_cold(server, tmp_pa
     assert warm.environment["protections"] == cold.environment["protections"]
 
 
+# A toy submission whose scale() reports what its interpreter is like, as an exception.
+OBSERVER = """
+
+def scale(x):
+    import builtins, json, os, signal, sys, tempfile
+    seen = {
+        "temp_in_sandbox": tempfile.gettempdir().startswith(os.getcwd()),
+        "sigint": getattr(signal.getsignal(signal.SIGINT), "__name__", str(signal.getsignal(
+            signal.SIGINT))),
+        "site_builtins": [n for n in ("exit", "quit", "help") if hasattr(builtins, n)],
+        "writes_bytecode": not sys.dont_write_bytecode,
+        # The class the trusted side names a refused connection by (no connection is made).
+        "network_refused": sys.modules["agsandbox.worker"].NetworkRefused.__module__,
+        "runtime": sorted(n for n in sys.modules if n.startswith("agsandbox.")),
+    }
+    raise RuntimeError("OBSERVED" + json.dumps(seen, sort_keys=True) + "OBSERVED")
+"""
+
+
+def test_a_warm_sandbox_is_the_interpreter_a_cold_one_is(server, tmp_path):
+    """A zygote forked from the server is not a fresh `python -I -S -B`: what it would inherit
+    (the server's temp folder, SIGINT ignored by a batch worker, site builtins, the runtime
+    under its package name, so that the trusted side no longer recognised a refused
+    connection) is set as a cold sandbox has it."""
+    assignment = load_assignment("toy", TOY / "grading.yml")
+    folder = tmp_path / "observer"
+    folder.mkdir()
+    (folder / "toy.py").write_text((TOY / "submissions" / "good" / "toy.py").read_text()
+                                   + OBSERVER)
+
+    def observed(report) -> dict:
+        message = next(t.message for t in report.tests if t.name == "scale: doubles a tensor")
+        return json.loads(message.split("OBSERVED")[1])
+
+    warm = observed(grade_loaded(folder, assignment, tmp_path / "warm", runners=server))
+    cold = observed(grade_loaded(folder, assignment, tmp_path / "cold"))
+    runtime = {"agsandbox.caught", "agsandbox.codec", "agsandbox.worker"}  # what probes use
+    assert runtime <= set(warm.pop("runtime")) and runtime <= set(cold.pop("runtime"))
+    assert warm == cold  # (a warm zygote has imported simulated_cuda too, a cold one lazily)
+    assert cold["temp_in_sandbox"] and cold["sigint"] == "default_int_handler"
+    assert cold["site_builtins"] == [] and not cold["writes_bytecode"]
+    assert cold["network_refused"] == "agsandbox.worker"
+
+
 def test_a_dead_server_is_noticed_and_grading_starts_runners_cold(server, assignment, tmp_path):
     # Last in this file: it kills the module's server.
     dying = server
