@@ -19,6 +19,7 @@ from autograder.grading.visibility import release_of, student_view
 from autograder.project import templates
 from autograder.project.inert import clip
 from autograder.project.schemas import validate
+from autograder.questions.answers import NOT_ANSWERED
 
 # Each written file (results.json, report.json, report.md, report.html), whatever the
 # submission printed or provoked: past it, printed output and then messages are cut to fit.
@@ -213,12 +214,15 @@ class _PartView:
 
     @property
     def unanswered_line(self) -> str:
-        """'Not answered (3 questions, 4.5 points): q03, q07, q11'."""
+        """'Not answered (3 questions, 4.5 points): q03, q07, q11', and why when it is more than
+        a question left out ('... (no answers file found ...)'): the line stands for the
+        questions' own messages, which must reach the student."""
         ids = ", ".join(t.item for t in self.unanswered)
         worth = points(sum(t.max_score for t in self.unanswered))
         count = len(self.unanswered)
+        why = sorted({t.message for t in self.unanswered} - {NOT_ANSWERED})
         return (f"Not answered ({count} question{'s' * (count != 1)}, {worth} "
-                f"point{'s' * (worth != '1')}): {ids}")
+                f"point{'s' * (worth != '1')}): {ids}" + "".join(f" ({w})" for w in why))
 
 
 def _unanswered(t: TestResult) -> bool:

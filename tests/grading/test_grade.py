@@ -236,4 +236,4 @@ def test_multiple_choice_right_or_wrong_after_the_due_date_problems_at_once(tmp_
     md = (out / "report.md").read_text()
     assert "### Q2 float\\_types (0 / 1)" in md and "Q1 sum\\_shape" not in md
     assert "Which answers are right is shown after the due date (none is set yet)" in md
-    assert "| Multiple choice | 0 | 2 |" in md
+    assert "| Multiple choice | 0 of 1 shown so far (1 more not counted yet) | 2 |" in md

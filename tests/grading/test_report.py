@@ -170,10 +170,13 @@ def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
     odd = [f"q{i:02}" for i in range(1, 21, 2)]
     assert [t.item for t in view.unanswered] == odd
     assert [t.item for t in view.failed] == ["q06", "q12", "q18"]  # wrong, not left out
-    assert view.unanswered_line == f"Not answered (10 questions, 15 points): {', '.join(odd)}"
+    # Their message, when it says more than "not answered" (no answers file, say), is said
+    # once, on the line: it must reach the student.
+    assert view.unanswered_line == (f"Not answered (10 questions, 15 points): {', '.join(odd)}"
+                                    " (left blank in answers.yaml)")
     write_outputs(report, tmp_path)
     md = (tmp_path / "report.md").read_text()
     html = (tmp_path / "report.html").read_text()
-    assert md.count("left blank") == 0 and md.count("Not answered (10 questions") == 1
+    assert md.count("left blank") == 1 and md.count("Not answered (10 questions") == 1
     assert "q01, q03, q05" in html and html.count('class="test"') == 3
     assert "Everything" not in md.split("## Coding")[0]
