@@ -132,26 +132,36 @@ def gradescope_results(report: Report, students: bool = True) -> dict:
 def _part_line(report: Report, part: str) -> str:
     """'Coding: 62.5 / 70', or what of the part is not shown yet."""
     row = part_row(report, part)
-    if not row["held"]:
-        return f"{row['title']}: {row['score']} / {row['out_of']}"
-    if row["score"] is None:
-        return f"{row['title']}: not shown yet ({row['held']} points, not counted yet)"
-    return (f"{row['title']}: {row['score']} / {row['shown']} shown so far, "
-            f"{row['held']} more points not counted yet")
+    if not row.held:
+        return f"{row.title}: {row.score} / {row.out_of}"
+    if row.score is None:
+        return f"{row.title}: not shown yet ({row.held} points, not counted yet)"
+    return (f"{row.title}: {row.score} / {row.shown} shown so far, "
+            f"{row.held} more points not counted yet")
 
 
-def part_row(report: Report, part: str) -> dict:
-    """What a student is shown of one part's total, as text: title, score (None when none of
-    its results is shown: a total of 0 would mislead), out_of, and when some of its results are
-    withheld, the points of those shown (`shown`) and withheld (`held`, '' when none is)."""
+@dataclass(frozen=True)
+class PartRow:
+    """What a student is shown of one part's total, as text (points())."""
+
+    title: str
+    score: str | None  # None when none of its results is shown: a total of 0 would mislead
+    out_of: str
+    shown: str  # the points of the results shown
+    held: str  # the points of those withheld; '' when none is
+
+
+def part_row(report: Report, part: str) -> PartRow:
+    """One part's row, for results.json's summary and both pages' table."""
     mine = [t for t in report.tests if t.part == part and t.status != "excluded"]
     withheld = [t for t in mine if t.status == "withheld"]
     score = next(p.score for p in report.parts if p.name == part)
     most = next(p.max_score for p in report.parts if p.name == part)
     held = round(sum(t.max_score for t in withheld), 2)
-    return {"title": PART_TITLES[part], "out_of": points(most),
-            "score": None if withheld and len(withheld) == len(mine) else points(score),
-            "shown": points(round(most - held, 2)), "held": points(held) if withheld else ""}
+    return PartRow(PART_TITLES[part],
+                   None if withheld and len(withheld) == len(mine) else points(score),
+                   points(most), points(round(most - held, 2)),
+                   points(held) if withheld else "")
 
 
 def counted_note(report: Report) -> str | None:
