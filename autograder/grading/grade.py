@@ -49,8 +49,16 @@ def grade(submission: Path, assignment: str, out: Path,
     (what students may see of them; `staff_out`: the full copy too). `dates`: when it was
     submitted (the late policy) and the student's own dates (an extension)."""
     started = time.monotonic()
-    spec = load_assignment(assignment, config_path)
-    return grade_loaded(submission, spec, out, started, dates=dates, staff_out=staff_out)
+    # A warm runner server of this grading's own, started first: its imports (torch, pytest,
+    # the sandbox runtime) overlap the loading below, and the runner and the zygotes it forks
+    # share them, where a cold runner and a cold zygote would each import torch again.
+    runners = RunnerServer()
+    try:
+        spec = load_assignment(assignment, config_path)
+        return grade_loaded(submission, spec, out, started, dates=dates, runners=runners,
+                            staff_out=staff_out)
+    finally:
+        runners.close()
 
 
 def grade_loaded(submission: Path, assignment: Assignment, out: Path,

@@ -153,7 +153,8 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
     Exactly what `python -c <launcher> ... -- python -c <boot> zygote FD` does, minus the two
     interpreter starts and the torch import: new session, only the zygote's socket and output
     left open, the sandbox's environment, cgroup and limits, then the launcher's namespaces,
-    file-system view and unprivileged user (see isolation_launcher.enter_namespaces)."""
+    file-system view and unprivileged user (see isolation_launcher.enter_namespaces; in `uid`
+    mode, the sandbox user alone: enter_uid)."""
     try:
         import importlib
 
@@ -181,7 +182,10 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(spec["env"])
         _as_a_cold_interpreter()
-        isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
+        if spec["mode"] == "uid":  # as the sandbox user, in its folder (a locked-down container)
+            isolation_launcher.enter_uid(spec)
+        else:
+            isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
         # Not dumpable (changing uid cleared the flag; the zygote clears it anyway, as in a cold
         # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot

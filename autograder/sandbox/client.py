@@ -327,7 +327,7 @@ def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path
     """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
     env = sandbox_env(sandbox_dir)
     mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
-    if starts.zygotes is not None and isolation.mode == "namespaces" and argv[0] == "zygote":
+    if starts.zygotes is not None and isolation.mode != "none" and argv[0] == "zygote":
         spec = launch_spec(sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,
                            limits.disk_bytes)
         with open(output_path, "ab") as out:

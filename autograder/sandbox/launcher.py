@@ -252,12 +252,6 @@ def readonly_tree(target: str) -> None:
         mount("none", point, None, flags)
 
 
-def drop_and_exec(spec: dict, argv: list[str]) -> None:
-    """Become the sandbox user, forbid new privileges, apply limits, exec."""
-    drop(spec)
-    os.execve(argv[0], argv, spec["env"])
-
-
 def drop(spec: dict) -> None:
     """Become the sandbox user with no capabilities, forbid new privileges, apply limits.
 
@@ -290,11 +284,18 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     argv = sys.argv[sys.argv.index("--") + 1:]
     if spec["mode"] == "uid":  # root where namespaces are refused (a locked-down container)
-        os.umask(0o022)
-        os.chdir(spec["cwd"])
-        drop_and_exec(spec, argv)
-    enter_namespaces(spec)
+        enter_uid(spec)
+    else:
+        enter_namespaces(spec)
     os.execve(argv[0], argv, spec["env"])
+
+
+def enter_uid(spec: dict) -> None:
+    """Everything but the exec in `uid` mode: the sandbox's folder, as the sandbox user. Also
+    called by a warm runner server in a freshly forked child (autograder.grading.warm_runner)."""
+    os.umask(0o022)
+    os.chdir(spec["cwd"])
+    drop(spec)
 
 
 def enter_namespaces(spec: dict) -> None:

