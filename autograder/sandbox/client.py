@@ -62,9 +62,9 @@ from autograder.sandbox.processes import (
 )
 from autograder.sandbox.rendezvous import (
     AGENT_STORE_ENV,
+    StoreHost,
     StoreUnavailable,
     StoreView,
-    TrustedStore,
 )
 from autograder.sandbox_runtime import codec, wire
 
@@ -654,9 +654,14 @@ class _Process:
                "SIGSEGV": " (a crash)"}.get(name, "")
         return f"was killed by {name}{why}"
 
-    def kill(self) -> None:
+    def signal(self) -> None:
+        """SIGKILL its process group without waiting for its end (see kill)."""
         if self._status is None:
             kill_group(self.pid)
+
+    def kill(self) -> None:
+        if self._status is None:
+            self.signal()
             self._wait(timeout=5)
         for fd in (self.request_w, self.reply_r):
             try:
@@ -717,6 +722,7 @@ class Sandbox:
         prepare_folder(sandbox_dir, self.isolation, self.ids)
         self._zygote: Zygote | None = None
         self._process: _Process | None = None
+        self._store_host: StoreHost | None = None  # its scenarios' rendezvous stores
         self._import_hang: str | None = None
         self._budget: float | None = None
         self._output_offset = 0
@@ -919,6 +925,9 @@ class Sandbox:
         event channels still held."""
         self.restart()
         self._drop_zygote()
+        if self._store_host is not None:
+            self._store_host.close()
+            self._store_host = None
         self.events.settle(timeout=5)
 
     def _drop_zygote(self) -> None:
@@ -944,12 +953,12 @@ class Sandbox:
             raise ImportHang(self._import_hang)
         what = f"{function} (scenario {probe}, {world_size} processes)"
         processes: list[_Process] = []
-        hosted: list[TrustedStore] = []
+        ports: list[int] = []
+        viewed = False
         try:
             for rank in range(world_size):
                 processes.append(self._fork("once", output_dir / f"rank{rank}.log", gpus))
-            hosted = self._stores(stores, store_host)
-            ports = tuple(store.port for store in hosted)
+            ports = self._stores(stores, store_host)
             for rank, process in enumerate(processes):
                 own = () if per_rank is None else (per_rank[rank],)
                 process.send({"op": "probe", "name": probe, "env": AGENT_STORE_ENV,
@@ -970,32 +979,41 @@ class Sandbox:
                         from None
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
-            return RankResults([_outcome(reply, what, function) for reply in replies],
-                               [store.view() for store in hosted])
+            views, viewed = self._store_host.views(), True
+            return RankResults([_outcome(reply, what, function) for reply in replies], views)
         finally:
+            for process in processes:  # every rank signalled first: they die side by side
+                process.signal()
             for process in processes:
                 process.kill()
-            for store in hosted:
-                store.close()
+            if ports and not viewed:
+                self._store_host.views()  # (stops this scenario's stores)
             if processes:
                 self._stop_strays()
 
-    def _stores(self, count: int, host: str) -> list[TrustedStore]:
-        """`count` rendezvous stores the zygote's network namespace reaches; one that cannot
-        start is the grader's failure (the ranks could not meet however right their code)."""
-        hosted: list[TrustedStore] = []
+    def _stores(self, count: int, host: str) -> list[int]:
+        """The ports of `count` fresh rendezvous stores the zygote's network namespace
+        reaches; stores that cannot start are the grader's failure (the ranks could not meet
+        however right their code)."""
         # Only namespaces give a sandbox a network of its own; in `uid` mode (a container, where
         # /proc/<pid>/ns of another uid's process is not even readable without CAP_SYS_PTRACE)
         # the ranks share this one.
         netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
-        try:
-            for _ in range(count):
-                hosted.append(TrustedStore(netns, host))
-        except StoreUnavailable as exc:
-            for store in hosted:
-                store.close()
-            raise SandboxUnavailable(str(exc)) from None
-        return hosted
+        for attempt in range(2):  # once more with a new host: a scenario's ranks may have
+            try:                  # broken the last one (made it big, killed it)
+                if self._store_host is None or self._store_host.netns_pid != netns:
+                    if self._store_host is not None:
+                        self._store_host.close()
+                    self._store_host = None
+                    self._store_host = StoreHost(netns)
+                return self._store_host.open(count, host)
+            except StoreUnavailable as exc:
+                if self._store_host is not None:
+                    self._store_host.close()
+                    self._store_host = None
+                if attempt:
+                    raise SandboxUnavailable(str(exc)) from None
+        raise AssertionError("unreachable")
 
     def take_output(self) -> tuple[str, bool]:
         """Output written since the last call, capped; and whether it was cut."""

@@ -145,26 +145,37 @@ PF_EXITING = 0x4  # task flag (/proc/PID/stat field 9): do_exit has begun
 
 def process_table() -> dict[int, ProcessEntry]:
     """Every process this one can read in /proc (those that end meanwhile are left out)."""
+    # Read after every rank scenario and worker restart (34 times a grading of dp_basics's
+    # reference): plain reads of the two files and of the three lines used, no pathlib.
     table: dict[int, ProcessEntry] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
             continue
         try:
-            stat = Path(entry.path, "stat").read_text()
-            status = Path(entry.path, "status").read_text()
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read().decode(errors="replace")
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()
-        lines = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        lines = {}
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            if key in _STATUS_KEYS:
+                lines[key] = value
         try:
             pending = int(lines["SigPnd"], 16) | int(lines["ShdPnd"], 16)
-            table[int(entry.name)] = ProcessEntry(
+            table[int(name)] = ProcessEntry(
                 ppid=int(fields[1]), uid=int(lines["Uid"].split()[0]), started=fields[19],
                 dying=fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
                 or bool(pending & _SIGKILL_BIT))
         except (KeyError, IndexError, ValueError):
             continue
     return table
+
+
+_STATUS_KEYS = frozenset({"Uid", "SigPnd", "ShdPnd"})
 
 
 def strays(table: dict[int, ProcessEntry], zygote: int | None, keep: Collection[int],

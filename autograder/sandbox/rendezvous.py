@@ -11,8 +11,8 @@ port becomes its client too: sandbox_runtime/agent_store.py). Afterwards the tes
 ranks registered in it for a process group (`StoreView.ranks_met`): ranks that never called the
 real `init_process_group` at the port they were given are not there.
 
-The server runs in a child of the runner; what is read back is capped (`MAX_KEYS`, key
-length).
+The servers run in a child of the runner (one per sandbox network namespace, `StoreHost`);
+what is read back is capped (`MAX_KEYS`, key length).
 """
 
 from __future__ import annotations
@@ -71,49 +71,62 @@ class StoreView:
         return f"ranks {met} met at the rendezvous store at port {self.port}"
 
 
-class TrustedStore:
-    """A TCPStore server at `host` (a loopback address) on a port the sandbox of `netns_pid`
-    can reach, in a child
-    of the runner that joined the sandbox's network namespace (the server's own client must
-    connect from there too). A hostile client can make it big or kill it; it is not the
-    runner, and a store that broke shows no rendezvous."""
+class StoreHost:
+    """A child of the runner, in the network namespace of the sandbox process `netns_pid`
+    (None: this one), that hosts the rendezvous stores of that sandbox's scenarios one
+    scenario at a time: `open` starts fresh TCPStore servers, `views` reads what they saw and
+    stops them. One process for a whole grading, where a fork per store cost ~30 ms of CPU a
+    scenario (the runner is large). A hostile client can make it big or kill it; it is not
+    the runner, a store that broke shows no rendezvous, and a host that stops answering is
+    replaced (Sandbox._stores)."""
 
-    def __init__(self, netns_pid: int | None, host: str = "127.0.0.1",
-                 timeout_s: float = 30.0) -> None:
+    def __init__(self, netns_pid: int | None, timeout_s: float = 30.0) -> None:
+        self.netns_pid = netns_pid
         self._channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._pid = os.fork()
-        if self._pid == 0:  # only what the store needs: the runner has threads
+        if self._pid == 0:  # only what the stores need: the runner has threads
             self._channel.close()
-            _serve(theirs, netns_pid, host)
+            _host(theirs, netns_pid)
         theirs.close()
         self._channel.settimeout(timeout_s)
-        try:
-            said = self._channel.recv(512).decode(errors="replace")
-        except OSError as exc:
-            said = f"no answer ({exc})"
-        if not said.startswith("port "):
+        self._ports: list[int] = []
+        said = self._ask(None)
+        if said.get("ready") is not True:
             self.close()
-            raise StoreUnavailable(f"the rendezvous store could not start: {said.strip()}")
-        self.port = int(said.split()[1])
+            raise StoreUnavailable(f"the rendezvous store could not start: {_why(said)}")
 
-    def view(self) -> StoreView:
-        """What the store holds now (once: the server stops after it)."""
-        data = b""
+    def open(self, count: int, host: str = "127.0.0.1") -> list[int]:
+        """The ports of `count` fresh stores listening at `host` (a loopback address)."""
+        said = self._ask({"open": count, "host": host})
+        ports = said.get("ports")
+        if type(ports) is not list or len(ports) != count or \
+                any(type(p) is not int for p in ports):
+            raise StoreUnavailable(f"the rendezvous store could not start: {_why(said)}")
+        self._ports = ports
+        return ports
+
+    def views(self) -> list[StoreView]:
+        """What each store of the last `open` holds, in its order; the stores stop after it.
+        A host that broke gives empty views (no rendezvous)."""
+        ports, self._ports = self._ports, []
         try:
-            self._channel.sendall(b"v")
-            while len(data) <= _MAX_VIEW_BYTES:
-                chunk = self._channel.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
-            view = json.loads(data) if len(data) <= _MAX_VIEW_BYTES else {}
-        except (OSError, ValueError):
-            view = {}
-        keys = view.get("keys") if type(view) is dict else None
-        if type(keys) is not list:
-            return StoreView(self.port, ())
-        return StoreView(self.port, tuple(str(k)[:MAX_KEY_CHARS] for k in keys[:MAX_KEYS]),
-                         view.get("flooded") is True)
+            said = self._ask({"view": True}, limit=len(ports) * _MAX_VIEW_BYTES)
+        except StoreUnavailable:
+            said = {}
+        views = said.get("views")
+        if type(views) is not list or len(views) != len(ports):
+            return [StoreView(port, ()) for port in ports]
+        return [_view(port, view) for port, view in zip(ports, views, strict=True)]
+
+    def _ask(self, request: dict | None, limit: int = 1 << 16) -> dict:
+        """Send `request` (None: only hear the host's first word) and read its answer."""
+        try:
+            if request is not None:
+                _send(self._channel, request)
+            answer = _receive(self._channel, limit)
+        except (OSError, ValueError) as exc:
+            raise StoreUnavailable(f"the rendezvous store stopped answering ({exc})") from None
+        return answer if type(answer) is dict else {}
 
     def close(self) -> None:
         self._channel.close()
@@ -127,8 +140,46 @@ class TrustedStore:
 _MAX_VIEW_BYTES = MAX_KEYS * (MAX_KEY_CHARS + 8) + 1000
 
 
-def _serve(channel: socket.socket, netns_pid: int | None, host: str) -> None:
-    """The store's process: join the sandbox's network namespace, serve, answer one view."""
+def _why(said: dict) -> str:
+    return str(said.get("error") or "no answer")[:500]
+
+
+def _view(port: int, view: object) -> StoreView:
+    keys = view.get("keys") if type(view) is dict else None
+    if type(keys) is not list:
+        return StoreView(port, ())
+    return StoreView(port, tuple(str(k)[:MAX_KEY_CHARS] for k in keys[:MAX_KEYS]),
+                     view.get("flooded") is True)
+
+
+def _send(channel: socket.socket, message: dict) -> None:
+    data = json.dumps(message).encode()
+    channel.sendall(len(data).to_bytes(4, "big") + data)
+
+
+def _receive(channel: socket.socket, limit: int) -> object:
+    """One framed JSON message (at most `limit` bytes); ValueError when malformed or too
+    large, OSError when the other end is gone or silent."""
+    head = _exactly(channel, 4)
+    size = int.from_bytes(head, "big")
+    if size > limit:
+        raise ValueError(f"an answer of {size} bytes")
+    return json.loads(_exactly(channel, size))
+
+
+def _exactly(channel: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = channel.recv(min(size - len(data), 1 << 16))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data
+
+
+def _host(channel: socket.socket, netns_pid: int | None) -> None:
+    """The host's process: join the sandbox's network namespace, then serve requests until
+    the runner closes the channel."""
     try:
         # None of the runner's descriptors (sandbox channels, pipes) stays open in here.
         os.closerange(3, channel.fileno())
@@ -139,30 +190,57 @@ def _serve(channel: socket.socket, netns_pid: int | None, host: str) -> None:
             if os.geteuid() != 0:  # our own user namespace first: we own it, and hold its caps
                 _join(libc, f"/proc/{netns_pid}/ns/user", _CLONE_NEWUSER)
             _join(libc, f"/proc/{netns_pid}/ns/net", _CLONE_NEWNET)
-        import datetime
+        import torch.distributed  # noqa: F401 - imported by the runner already: no cost
 
-        import torch.distributed as dist
-
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((host, 0))
-        listener.listen(128)
-        port = listener.getsockname()[1]
-        store = dist.TCPStore(host, port, None, True, datetime.timedelta(seconds=30),
-                              wait_for_workers=False, master_listen_fd=listener.fileno())
-        channel.sendall(f"port {port}\n".encode())
-        channel.recv(1)  # the runner asks once the scenario ended (or closes: it is over)
-        count = int(store.num_keys())
-        if count > MAX_KEYS:
-            view: dict = {"keys": [], "flooded": True}
-        else:
-            view = {"keys": [str(k)[:MAX_KEY_CHARS] for k in store.list_keys()[:MAX_KEYS]]}
-        channel.sendall(json.dumps(view).encode())
+        _send(channel, {"ready": True})
     except BaseException as exc:  # noqa: BLE001 - the runner says what failed
+        _answer_error(channel, exc)
+        os._exit(0)
+    stores: list[tuple[int, object]] = []
+    while True:
         try:
-            channel.sendall(f"{type(exc).__name__}: {exc}"[:500].encode())
-        except OSError:
-            pass
-    os._exit(0)
+            request = _receive(channel, 1 << 16)
+        except (OSError, ValueError):
+            os._exit(0)  # the runner closed the channel: the grading is over
+        try:
+            if type(request) is dict and "open" in request:
+                stores = [_start_store(str(request["host"])) for _ in range(int(request["open"]))]
+                _send(channel, {"ports": [port for port, _ in stores]})
+            else:
+                views = [_store_view(store) for _, store in stores]
+                stores = []  # each server stops, and closes its socket, as its store goes
+                _send(channel, {"views": views})
+        except BaseException as exc:  # noqa: BLE001
+            _answer_error(channel, exc)
+
+
+def _start_store(host: str) -> tuple[int, object]:
+    """A TCPStore server at `host` on a free port: (port, store)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((host, 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    store = dist.TCPStore(host, port, None, True, datetime.timedelta(seconds=30),
+                          wait_for_workers=False, master_listen_fd=listener.detach())
+    return port, store
+
+
+def _store_view(store: object) -> dict:
+    count = int(store.num_keys())
+    if count > MAX_KEYS:
+        return {"keys": [], "flooded": True}
+    return {"keys": [str(k)[:MAX_KEY_CHARS] for k in store.list_keys()[:MAX_KEYS]]}
+
+
+def _answer_error(channel: socket.socket, exc: BaseException) -> None:
+    try:
+        _send(channel, {"error": f"{type(exc).__name__}: {exc}"[:500]})
+    except OSError:
+        pass
 
 
 def _same_netns(pid: int) -> bool:

@@ -11,6 +11,7 @@ import torch
 from autograder.sandbox.client import SandboxFailure, SandboxUnavailable, StudentError
 from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
+from autograder.sandbox.rendezvous import MAX_KEYS
 
 STUDENT = """
 import os, signal, sys, time
@@ -248,6 +249,13 @@ def rank_forged_group(mod, rank, world_size, port):
     return {"sum": float(sum(int(open(f"/tmp/forged-{port}-{r}").read())
                              for r in range(world_size)))}
 
+def rank_flood(mod, rank, world_size, port, keys):
+    import datetime, torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=30))
+    for i in range(keys):
+        store.set(f"flood/{rank}/{i}", "x")
+    return {"wrote": keys}
+
 def rank_crash(mod, rank, world_size, port):
     import os
     if rank == 1:
@@ -284,6 +292,34 @@ def test_the_graders_store_sees_only_a_real_process_group(make_sandbox, tmp_path
     assert [r["sum"] for r in forged] == [3.0, 3.0]  # the reports alone would pass
     assert forged.stores[0].ranks_met() == []
     assert "no process group met" in forged.stores[0].describe()
+
+
+def test_the_stores_of_later_scenarios_come_from_a_new_host_when_one_died(make_sandbox,
+                                                                          tmp_path):
+    """A sandbox's scenarios get their stores from one process of the grader's (a fork of the
+    runner per scenario cost ~30 ms of CPU); ranks may break it (make it big, kill it), and
+    the next scenario is served by a new one."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    sandbox.run_ranks("rank_group", 2, (), 60, tmp_path, "add", stores=2)
+    host = sandbox._store_host
+    sandbox.run_ranks("rank_value", 2, (10,), 60, tmp_path, "add")
+    assert sandbox._store_host is host  # one host for the sandbox's scenarios
+    os.kill(host._pid, signal.SIGKILL)
+    again = sandbox.run_ranks("rank_group", 2, (), 60, tmp_path, "add", stores=2)
+    assert sandbox._store_host is not host
+    assert [store.ranks_met() for store in again.stores] == [[0, 1], []]
+    sandbox.close()
+    assert sandbox._store_host is None
+
+
+def test_a_store_flooded_with_keys_shows_no_rendezvous_and_the_next_one_is_fresh(
+        make_sandbox, tmp_path):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    flooded = sandbox.run_ranks("rank_flood", 2, (MAX_KEYS // 2 + 1,), 60, tmp_path, "add")
+    assert flooded.stores[0].flooded and flooded.stores[0].keys == ()
+    assert "flooded" in flooded.stores[0].describe()
+    after = sandbox.run_ranks("rank_group", 2, (), 60, tmp_path, "add", stores=2)
+    assert not after.stores[0].flooded and after.stores[0].ranks_met() == [0, 1]
 
 
 def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
