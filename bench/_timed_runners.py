@@ -113,7 +113,7 @@ def instrument(records: Path, profiles: Path | None = None) -> None:
           lambda p, zygote, module, mode, out, gpus=0: {"mode": mode, "gpus": gpus,
                                                         "first": not zygote.served})
     timed(sandbox, "_ensure_started", "serve_start",
-          lambda s, timeout, gpus=0: {"gpus": gpus} if s._process is None else None)
+          lambda s, timeout, gpus=0: {"gpus": gpus} if gpus not in s._workers else None)
     timed(sandbox, "_request", "call",
           lambda s, request, what, function, timeout, gpus=0: {"gpus": gpus})
     timed(sandbox, "run_ranks", "ranks",

@@ -721,7 +721,9 @@ class Sandbox:
         self.ids = sandbox_ids()
         prepare_folder(sandbox_dir, self.isolation, self.ids)
         self._zygote: Zygote | None = None
-        self._process: _Process | None = None
+        # Its serving workers, by the GPUs they simulate (fixed before the student's import):
+        # a test on simulated GPUs between two plain ones no longer restarts the plain worker.
+        self._workers: dict[int, _Process] = {}
         self._store_host: StoreHost | None = None  # its scenarios' rendezvous stores
         self._import_hang: str | None = None
         self._budget: float | None = None
@@ -746,7 +748,7 @@ class Sandbox:
                 # limit) goes before the new zygote starts. In namespaces it died with PID 1.
                 # Once its zygote and workers are killed, nothing of this uid should be left:
                 # what is (a detached process that may have killed that zygote) is recorded.
-                self.restart()  # (the serving worker: kill_uid would end it too)
+                self.restart()  # (the serving workers: kill_uid would end them too)
                 left = len(strays(process_table(), None, (), self.ids[0]))
                 kill_uid(self.ids[0])
                 if left:
@@ -808,8 +810,6 @@ class Sandbox:
         self.caught = []
         if self._import_hang is not None:
             raise ImportHang(self._import_hang)
-        if self._process is not None and self._process.gpus != gpus:
-            self.restart()  # the GPUs a worker simulates are fixed before the student's import
         process = self._ensure_started(timeout, gpus)
         process.send(request)
         try:
@@ -825,8 +825,14 @@ class Sandbox:
             self.restart()  # the reply stream may be out of step: start clean
             raise
 
+    # Serving workers alive at once at most (the plain one and one simulating GPUs): each
+    # holds its memory while rank scenarios run beside them.
+    MAX_WORKERS = 2
+
     def _ensure_started(self, timeout: float, gpus: int = 0) -> _Process:
-        if self._process is None:
+        if gpus not in self._workers:
+            if len(self._workers) >= self.MAX_WORKERS:
+                self._retire(next(iter(self._workers)))  # the one started first
             imports = self.imports
             if imports is not None:
                 imports.refuse_if_spent()
@@ -836,7 +842,7 @@ class Sandbox:
             started = time.monotonic()
             # Starting (or restarting) the zygote is the grader's time, not the student's.
             process = self._fork("serve", self.output_path, gpus)
-            self._process = process
+            self._workers[gpus] = process
             if first:
                 started = time.monotonic()
             allowed = max(timeout, self.IMPORT_SECONDS)
@@ -864,7 +870,7 @@ class Sandbox:
             if ready.get("ready") is not True:
                 self.restart()
                 raise SandboxFailure("the sandbox did not start properly")
-        return self._process
+        return self._workers[gpus]
 
     def _read(self, process: _Process, timeout: float, what: str) -> dict:
         try:
@@ -884,11 +890,20 @@ class Sandbox:
             raise UnreadableReply(f"{what} sent back an unreadable reply: {exc}") from None
 
     def restart(self) -> None:
-        """Kill the sandbox (with its whole process group); the next call starts a fresh one."""
-        if self._process is not None:
-            self._process.kill()
-            self._process = None
+        """Kill the sandbox's workers (each with its whole process group); the next call starts
+        a fresh one."""
+        if self._workers:
+            workers, self._workers = list(self._workers.values()), {}
+            for process in workers:
+                process.signal()
+            for process in workers:
+                process.kill()
             self._stop_strays()
+
+    def _retire(self, gpus: int) -> None:
+        """Kill the worker simulating `gpus` GPUs, and what it left running."""
+        self._workers.pop(gpus).kill()
+        self._stop_strays()
 
     # Rounds of looking for strays once workers ended: a stray that forks between a look and
     # its kill leaves a child, found by the next round (the uid's process limit bounds them).
@@ -897,7 +912,7 @@ class Sandbox:
     def _stop_strays(self) -> None:
         """Kill what student code left running once the workers that started it ended (a
         detached process, a new session: what killing a worker's group misses), keeping the
-        zygote and the serving worker; recorded for staff. Without it, each rank's import
+        zygote and the serving workers; recorded for staff. Without it, each rank's import
         could leave one more behind for the rest of the grading (a detached copy of a worker,
         torch imported, costs tens of MB as its pages are written: the 768 MB of a Gradescope
         container ran out). In `none` mode orphans leave the zygote's tree: not found."""
@@ -906,7 +921,7 @@ class Sandbox:
             return  # (a new zygote clears what its predecessor left: see zygote())
         if zygote.host_pid() < 0:
             return
-        keep = {self._process.pid} if self._process is not None else set()
+        keep = {process.pid for process in self._workers.values()}
         uid = self.ids[0] if self.isolation.drop_uid else None
         stopped = 0
         for _ in range(self.STRAY_ROUNDS):

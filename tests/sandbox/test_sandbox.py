@@ -111,7 +111,7 @@ def test_failures_are_explained_and_the_sandbox_recovers(make_sandbox, name, mes
 def test_hangs_time_out_and_are_killed(make_sandbox, name):
     sandbox = make_sandbox(STUDENT)
     sandbox.call("add", (1, 1), {})
-    pid = sandbox._process.pid
+    pid = sandbox._workers[0].pid
     with pytest.raises(SandboxFailure, match=f"timed out after 1 s during {name}"):
         sandbox.call(name, (), {}, timeout=1)
     with pytest.raises(ProcessLookupError):
@@ -328,10 +328,28 @@ def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
         sandbox.run_ranks("rank_crash", 2, (), 60, tmp_path, "add")
 
 
+def test_a_call_on_simulated_gpus_leaves_the_plain_worker_running(make_sandbox):
+    """Workers are kept by the GPUs they simulate (fixed before the student's import), two at
+    most: plain tests on either side of a simulated one share a worker, and a third kind
+    retires the oldest."""
+    sandbox = make_sandbox(STUDENT)
+    assert sandbox.call("add", (1, 1), {}) == 2
+    plain = sandbox._workers[0].pid
+    assert sandbox.call("add", (1, 2), {}, gpus=2) == 3
+    assert sandbox.call("add", (2, 2), {}) == 4
+    assert sandbox._workers[0].pid == plain and set(sandbox._workers) == {0, 2}
+    assert sandbox.call("add", (2, 3), {}, gpus=3) == 5
+    assert set(sandbox._workers) == {2, 3}
+    with pytest.raises(ProcessLookupError):
+        os.kill(plain, 0)
+    sandbox.restart()
+    assert sandbox._workers == {}
+
+
 def test_sandbox_process_leads_its_own_process_group(make_sandbox):
     sandbox = make_sandbox(STUDENT)
     sandbox.call("add", (1, 1), {})
-    pid = sandbox._process.pid
+    pid = sandbox._workers[0].pid
     assert os.getpgid(pid) == pid != os.getpgid(0)
     assert signal.SIGKILL  # the group is what restart() kills
 
