@@ -136,11 +136,13 @@ def test_sabotage_of_its_own_later_sandboxes_is_the_students_not_the_graders(gra
     on the uid's process limit (found by a red-team review: it turned the grading into a
     grader_error, the student's whole grade thrown away and 'not a verdict on your work'). The
     grader clears the uid before it starts a new zygote: the tests it disturbed are the
-    student's, flagged, and the rest is graded."""
+    student's, flagged, and the rest is graded. (A warm zygote starts again in milliseconds,
+    so often no test is lost: the score may be full.)"""
     run = graded("dp_basics", "saboteur")
     assert run.results["tests"] and FALLBACK_MESSAGE not in run.results["output"], said(run)
     assert run.status is not None and run.status.startswith("flagged"), said(run)
-    assert 30 < run.score < full_marks("dp_basics"), said(run)
+    assert "were stopped" in run.status, said(run)
+    assert 30 < run.score <= full_marks("dp_basics"), said(run)
     assert_graded_cleanly(run)
 
 
