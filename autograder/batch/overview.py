@@ -46,7 +46,7 @@ from autograder.grading.report import PART_TITLES
 from autograder.grading.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
 from autograder.project import templates
 from autograder.project.assignment import Assignment
-from autograder.project.inert import inert
+from autograder.project.inert import clip, inert
 
 CHART_DIR = "overview"
 SCORES_PNG = "scores.png"
@@ -239,7 +239,7 @@ def normalise(message: str) -> str:
     text = re.sub(r"(?:/[\w.@+-]+){2,}/?", "<path>", text)
     text = re.sub(r"\b0x[0-9a-fA-F]+\b", "0x#", text)
     text = re.sub(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?\b", "#", text)
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"
+    return clip(text, MESSAGE_CHARS)
 
 
 def report_link(out: Path, sid: str) -> str | None:

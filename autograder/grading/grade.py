@@ -27,7 +27,6 @@ from autograder.grading.results import (
     TestResult,
     apply_late,
     build_report,
-    clip,
     coding_results,
 )
 from autograder.grading.submission import SubmissionFiles, locate
@@ -35,7 +34,7 @@ from autograder.grading.submission_status import keep_sandbox_events
 from autograder.grading.supervisor import SuiteRun, run_hidden_tests
 from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
-from autograder.project.inert import label
+from autograder.project.inert import MAX_MESSAGE, clip, label
 from autograder.project.paths import GRADING_CONFIG
 from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
 from autograder.sandbox_runtime import cells
@@ -232,7 +231,8 @@ def _question_result(r, assignment: Assignment) -> TestResult:
     return TestResult(
         name=r.title, part="multiple_choice", item=r.id, score=r.score, max_score=r.max_score,
         status="passed" if r.status == "correct" else "failed", cause=cause,
-        message=clip(r.message.removeprefix(f"{r.title}: ")),  # the heading says it already
+        # (the heading says the question's title already)
+        message=clip(r.message.removeprefix(f"{r.title}: "), MAX_MESSAGE),
         visibility=config.answer_problems_visibility if problem
         else config.multiple_choice.visibility, feedback=feedback,
         feedback_visibility=config.multiple_choice.visibility if problem and feedback else None)

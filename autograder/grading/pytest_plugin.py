@@ -35,6 +35,7 @@ from autograder.grading.runner_events import (
 from autograder.grading.statuses import TEST_CAUSES, TestCause, outcome_of
 from autograder.project import budgets
 from autograder.project.config import SandboxLimits
+from autograder.project.inert import MAX_MESSAGE, clip
 from autograder.sandbox.client import (
     ImportBudget,
     ImportCrash,
@@ -330,17 +331,7 @@ def describe_failure(excinfo: pytest.ExceptionInfo) -> tuple[TestCause, str]:
     """(cause, message for the student) for an exception that ended a test, clipped here in
     the runner: a message may quote what student code returned (64 MiB of it, say)."""
     cause, message = _describe(excinfo.value)
-    return cause, clip_message(message)
-
-
-MESSAGE_CHARS = 4000
-
-
-def clip_message(text: str, limit: int = MESSAGE_CHARS) -> str:
-    """At most `limit` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters not shown)"
+    return cause, clip(message, MAX_MESSAGE)
 
 
 # What a failure of the sandbox (or of the test's use of it) was, by its class: the first
@@ -409,7 +400,7 @@ def _head(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # noqa: BLE001 - a message that cannot be built
         return f"<{type(exc).__name__}>"
-    return text[:4 * MESSAGE_CHARS]
+    return text[:4 * MAX_MESSAGE]
 
 
 class GradingPlugin:
@@ -469,7 +460,7 @@ class GradingPlugin:
         """One more crash of `function` (the first one's test and message are kept)."""
         record = self.crashed.setdefault(function, {
             "crashes": 0, "test": spec.name, "nodeid": spec.nodeid,
-            "message": clip_message(message, 500)})
+            "message": clip(message, 500)})
         record["crashes"] += 1
         self.emit(Crashed(function=function, **record))
 
@@ -587,7 +578,7 @@ class GradingPlugin:
                 # A check that could not use a value of a probe's report: the student's.
                 blamed = student._reads.blame(call.excinfo.value)
                 if blamed is not None:
-                    cause, message = "wrong_result", clip_message(blamed)
+                    cause, message = "wrong_result", clip(blamed, MAX_MESSAGE)
             if cause in _CHECKED and item.nodeid in self.not_implemented:
                 cause = "not_implemented"  # a stub's NotImplementedError, told by its class
             blocked = call.excinfo.value

@@ -19,12 +19,8 @@ from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 
 PARTS = ("multiple_choice", "coding")
-MAX_MESSAGE = 4000  # characters of one message, whatever produced it (a forged reply, say)
+MAX_MESSAGE = _inert.MAX_MESSAGE
 MAX_FEEDBACK_LINES = 30
-
-
-def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    return _inert.clip(text, limit)
 
 
 @dataclass
@@ -159,7 +155,7 @@ def coding_results(outcomes: list[CodingOutcome], config: AssignmentConfig,
             output += f"\n[output cut at {config.limits.output_bytes // 1024} KiB]"
         results.append(TestResult(o.name, "coding", o.function, max_score if passed else 0.0,
                                   max_score, "passed" if passed else "failed", o.cause,
-                                  clip(message),
+                                  _inert.clip(message, MAX_MESSAGE),
                                   o.visibility, output))
     return results
 
@@ -269,7 +265,7 @@ def build_report(assignment: AssignmentConfig, submission: str, tests: list[Test
 def _inert_test(t: TestResult) -> TestResult:
     return replace(
         t, name=_inert.label(t.name, 300), item=_inert.label(t.item, 200),
-        message=clip(_inert.inert(t.message)), output=_inert.inert(t.output),
+        message=_inert.clip(_inert.inert(t.message), MAX_MESSAGE), output=_inert.inert(t.output),
         feedback=_inert.bounded(t.feedback, MAX_FEEDBACK_LINES, MAX_MESSAGE))
 
 

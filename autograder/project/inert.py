@@ -66,6 +66,7 @@ def clip(text: str, limit: int) -> str:
 
 
 ELLIPSIS = "\u2026"
+MAX_MESSAGE = 4000  # characters of one message, whatever produced it (a forged reply, say)
 
 
 def bounded(lines: Iterable[str], count: int = MAX_WARNINGS,
