@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 
@@ -128,9 +130,13 @@ class RunnerServer:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Importing torch._dynamo makes an (empty) inductor cache folder in the temp folder:
+        # the server's goes with it, never into the grading's or the machine's /tmp.
+        self._scratch = tempfile.mkdtemp(prefix="autograder-server-")
+        env = {**server_env(), "TORCHINDUCTOR_CACHE_DIR": os.path.join(self._scratch, "inductor")}
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-m", "autograder.grading.warm_runner", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
+            pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
         theirs.close()
         self.channel = ForkChannel(ours)
 
@@ -149,3 +155,4 @@ class RunnerServer:
         self.channel.close()
         self.process.kill()
         self.process.wait()
+        shutil.rmtree(self._scratch, ignore_errors=True)
