@@ -190,6 +190,7 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
         # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot
         sys.argv[:] = ["sandbox"]
+        _forget_the_grader()
         worker.main(["zygote", str(control_fd)])
     except BaseException:  # noqa: BLE001 - say why, then fail like the launcher does
         import traceback
@@ -197,6 +198,17 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
     os._exit(121)
+
+
+def _forget_the_grader() -> None:
+    """The grader's modules out of sys.modules, as in a cold sandbox, where `import autograder`
+    finds nothing (its files are not in the sandbox's view): the server imported them, and a
+    zygote needs none of them once inside. `__main__` is an empty module, not the server's."""
+    import types
+
+    for name in [n for n in sys.modules if n == "autograder" or n.startswith("autograder.")]:
+        del sys.modules[name]
+    sys.modules["__main__"] = types.ModuleType("__main__")
 
 
 def _as_a_cold_interpreter() -> None:

@@ -60,8 +60,9 @@ def _in_our_namespace():
     # kill(1) reaches the zygote and kill(-1) only this namespace, never the machine's init or
     # the grader's processes.
     with open("/proc/1/cmdline", "rb") as f:
-        if b"agsandbox.worker" not in f.read():
-            raise RuntimeError("not attempted: not inside a sandbox's namespaces")
+        pid1 = f.read()  # a zygote, cold (its boot) or forked by a warm runner server
+    if b"agsandbox.worker" not in pid1 and b"autograder.grading.warm_runner" not in pid1:
+        raise RuntimeError("not attempted: not inside a sandbox's namespaces")
 
 
 def add(a, b):
@@ -109,8 +110,9 @@ def _in_our_namespace():
     # kill(1) reaches the zygote and kill(-1) only this namespace, never the machine's init or
     # the grader's processes.
     with open("/proc/1/cmdline", "rb") as f:
-        if b"agsandbox.worker" not in f.read():
-            raise RuntimeError("not attempted: not inside a sandbox's namespaces")
+        pid1 = f.read()  # a zygote, cold (its boot) or forked by a warm runner server
+    if b"agsandbox.worker" not in pid1 and b"autograder.grading.warm_runner" not in pid1:
+        raise RuntimeError("not attempted: not inside a sandbox's namespaces")
 
 
 def _running(name):
