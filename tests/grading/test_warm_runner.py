@@ -79,7 +79,17 @@ def test_the_server_runs_with_a_scrubbed_environment(server):
     names = {item.split(b"=", 1)[0].decode() for item in environ if item}
     assert "AUTOGRADER_TEST_TOKEN" not in names
     assert {"OMP_NUM_THREADS", "PYTHONHASHSEED"} <= names
-    assert names == set(server_env())  # only what grading needs
+    # Only what grading needs, and where importing torch._dynamo makes its inductor cache folder
+    # (the server's own scratch folder, removed with it).
+    assert names == set(server_env()) | {"TORCHINDUCTOR_CACHE_DIR"}
+
+
+def test_a_closed_server_leaves_no_folder_behind():
+    server = RunnerServer()
+    scratch = Path(server._scratch)
+    assert scratch.is_dir()
+    server.close()
+    assert not scratch.exists()
 
 
 def test_each_job_gets_a_fresh_runner_of_its_own(server, tmp_path):
