@@ -1,6 +1,6 @@
 """A warm runner server whose runners time their sandbox work: the profiler's stand-in.
 
-    python bench/_timed_runners.py CONTROL_FD RECORDS [PROFILES]
+    python bench/_timed_runners.py RECORDS PROFILES CONTROL_FD    (PROFILES "": none)
 
 Exactly autograder.grading.warm_runner's server, after wrapping the methods of the runner's side
 of the sandbox (autograder.sandbox.client) that start zygotes, fork workers, wait for a worker's
@@ -168,10 +168,11 @@ def instrument(records: Path, profiles: Path | None = None) -> None:
 
 def main() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, as warm_runner's main
-    instrument(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)
+    records, profiles, control_fd = sys.argv[1:4]  # (RunnerServer appends the descriptor)
+    instrument(Path(records), Path(profiles) if profiles else None)
     from autograder.grading import warm_runner
 
-    warm_runner.serve(int(sys.argv[1]))
+    warm_runner.serve(int(control_fd))
 
 
 if __name__ == "__main__":

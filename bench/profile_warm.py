@@ -30,9 +30,7 @@ import json
 import os
 import pstats
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +49,7 @@ from demo import build_examples  # noqa: E402
 
 from autograder.grading import grade as grading  # noqa: E402
 from autograder.grading import supervisor  # noqa: E402
-from autograder.grading.fork_channel import ForkChannel, RunnerServer, server_env  # noqa: E402
+from autograder.grading.fork_channel import RunnerServer  # noqa: E402
 from autograder.grading.runner_events import (  # noqa: E402
     Collected,
     Done,
@@ -72,13 +70,8 @@ class TimedRunners(RunnerServer):
     """A RunnerServer whose server is bench/_timed_runners.py: its runners write Spans."""
 
     def __init__(self, records: Path, profiles: Path | None = None) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("_timed_runners.py")),
-             str(theirs.fileno()), str(records), *([str(profiles)] if profiles else [])],
-            pass_fds=(theirs.fileno(),), start_new_session=True, env=server_env())
-        theirs.close()
-        self.channel = ForkChannel(ours)
+        super().__init__([sys.executable, str(Path(__file__).with_name("_timed_runners.py")),
+                          str(records), str(profiles or "")])
 
     def wait_ready(self, records: Path, timeout: float = 60.0) -> None:
         """Wait until the server has imported what its runners use (its "ready" span)."""

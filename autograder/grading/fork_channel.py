@@ -128,14 +128,17 @@ def server_env() -> dict[str, str]:
 class RunnerServer:
     """Started by a batch worker (see batch_worker.warm_up); `spawn` forks a warm runner."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: list[str] | None = None) -> None:
+        """`command`: the server's, to which the socket's descriptor number is appended (the
+        benchmarks start an instrumented one); by default `python -I -m ...warm_runner`."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Importing torch._dynamo makes an (empty) inductor cache folder in the temp folder:
         # the server's goes with it, never into the grading's or the machine's /tmp.
         self._scratch = tempfile.mkdtemp(prefix="autograder-server-")
         env = {**server_env(), "TORCHINDUCTOR_CACHE_DIR": os.path.join(self._scratch, "inductor")}
+        command = command or [sys.executable, "-I", "-m", "autograder.grading.warm_runner"]
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "autograder.grading.warm_runner", str(theirs.fileno())],
+            [*command, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
         theirs.close()
         self.channel = ForkChannel(ours)

@@ -51,13 +51,17 @@ def grade(submission: Path, assignment: str, out: Path,
     # A warm runner server of this grading's own, started first: its imports (torch, pytest,
     # the sandbox runtime) overlap the loading below, and the runner and the zygotes it forks
     # share them, where a cold runner and a cold zygote would each import torch again.
-    runners = RunnerServer()
+    try:
+        runners: RunnerServer | None = RunnerServer()
+    except OSError:  # (no process to spare, say): runners start cold, as they always could
+        runners = None
     try:
         spec = load_assignment(assignment, config_path)
         return grade_loaded(submission, spec, out, started, dates=dates, runners=runners,
                             staff_out=staff_out)
     finally:
-        runners.close()
+        if runners is not None:
+            runners.close()
 
 
 def grade_loaded(submission: Path, assignment: Assignment, out: Path,

@@ -176,16 +176,22 @@ def _become_zygote(message: bytes, fds: list[int]) -> None:
                     os.close(fd)  # whatever else the server held (its sockets are closed)
                 except OSError:
                     pass
-        sandbox.enter_limits(request["rlimits"], request["cgroup_procs"])
         spec = request["spec"]
-        os.chdir(spec["cwd"])
-        os.environ.clear()
-        os.environ.update(spec["env"])
-        _as_a_cold_interpreter()
-        if spec["mode"] == "uid":  # as the sandbox user, in its folder (a locked-down container)
-            isolation_launcher.enter_uid(spec)
-        else:
-            isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
+        try:
+            sandbox.enter_limits(request["rlimits"], request["cgroup_procs"])
+            os.chdir(spec["cwd"])
+            os.environ.clear()
+            os.environ.update(spec["env"])
+            _as_a_cold_interpreter()
+            if spec["mode"] == "uid":  # the sandbox user, in its folder (a locked-down container)
+                isolation_launcher.enter_uid(spec)
+            elif spec["mode"] == "namespaces":
+                isolation_launcher.enter_namespaces(spec)  # returns in PID 1, as the sandbox user
+            else:
+                raise RuntimeError(f"no warm zygote in isolation mode {spec['mode']!r}")
+        except Exception as exc:  # noqa: BLE001 - say why as the launcher does, and fail as it
+            print(f"isolation launcher: {exc}", file=sys.stderr, flush=True)
+            os._exit(isolation_launcher.FAILED)
         # Not dumpable (changing uid cleared the flag; the zygote clears it anyway, as in a cold
         # sandbox): its workers may not ptrace it.
         sys.path.append(spec["cwd"])  # the student's folder last, as in the usual boot

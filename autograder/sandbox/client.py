@@ -940,9 +940,6 @@ class Sandbox:
         event channels still held."""
         self.restart()
         self._drop_zygote()
-        if self._store_host is not None:
-            self._store_host.close()
-            self._store_host = None
         self.events.settle(timeout=5)
 
     def _drop_zygote(self) -> None:
@@ -950,6 +947,9 @@ class Sandbox:
             self._served |= self._zygote.served  # a later zygote must know what ran as its uid
             self._zygote.close()
             self._zygote = None
+        if self._store_host is not None:  # (in namespaces, it joined the zygote's network)
+            self._store_host.close()
+            self._store_host = None
 
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str, gpus: int = 0,
@@ -1016,7 +1016,8 @@ class Sandbox:
         netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
         for attempt in range(2):  # once more with a new host: a scenario's ranks may have
             try:                  # broken the last one (made it big, killed it)
-                if self._store_host is None or self._store_host.netns_pid != netns:
+                if self._store_host is None or not self._store_host.usable \
+                        or self._store_host.netns_pid != netns:
                     if self._store_host is not None:
                         self._store_host.close()
                     self._store_host = None

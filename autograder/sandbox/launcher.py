@@ -293,6 +293,8 @@ def main() -> None:
 def enter_uid(spec: dict) -> None:
     """Everything but the exec in `uid` mode: the sandbox's folder, as the sandbox user. Also
     called by a warm runner server in a freshly forked child (autograder.grading.warm_runner)."""
+    if not spec["uid"]:  # never root: uid mode is root's, and it always drops to a uid
+        raise RuntimeError("uid mode without an unprivileged uid to drop to")
     os.umask(0o022)
     os.chdir(spec["cwd"])
     drop(spec)

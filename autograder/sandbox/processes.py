@@ -145,8 +145,8 @@ PF_EXITING = 0x4  # task flag (/proc/PID/stat field 9): do_exit has begun
 
 def process_table() -> dict[int, ProcessEntry]:
     """Every process this one can read in /proc (those that end meanwhile are left out)."""
-    # Read after every rank scenario and worker restart (34 times a grading of dp_basics's
-    # reference): plain reads of the two files and of the three lines used, no pathlib.
+    # Read after every rank scenario and worker restart (dozens of times a grading): plain
+    # reads of the two files and of the three lines used, no pathlib.
     table: dict[int, ProcessEntry] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():

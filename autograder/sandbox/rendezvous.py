@@ -90,6 +90,9 @@ class StoreHost:
         theirs.close()
         self._channel.settimeout(timeout_s)
         self._ports: list[int] = []
+        # False once an answer failed or was malformed (the channel may be out of step) or a
+        # store was flooded (its memory stays in the host): the sandbox starts a new host.
+        self.usable = True
         said = self._ask(None)
         if said.get("ready") is not True:
             self.close()
@@ -110,13 +113,16 @@ class StoreHost:
         A host that broke gives empty views (no rendezvous)."""
         ports, self._ports = self._ports, []
         try:
-            said = self._ask({"view": True}, limit=len(ports) * _MAX_VIEW_BYTES)
+            said = self._ask({"view": True}, limit=len(ports) * _MAX_VIEW_BYTES + 1000)
         except StoreUnavailable:
             said = {}
         views = said.get("views")
         if type(views) is not list or len(views) != len(ports):
+            self.usable = False
             return [StoreView(port, ()) for port in ports]
-        return [_view(port, view) for port, view in zip(ports, views, strict=True)]
+        seen = [_view(port, view) for port, view in zip(ports, views, strict=True)]
+        self.usable = not any(view.flooded for view in seen)
+        return seen
 
     def _ask(self, request: dict | None, limit: int = 1 << 16) -> dict:
         """Send `request` (None: only hear the host's first word) and read its answer."""
@@ -233,7 +239,10 @@ def _store_view(store: object) -> dict:
     count = int(store.num_keys())
     if count > MAX_KEYS:
         return {"keys": [], "flooded": True}
-    return {"keys": [str(k)[:MAX_KEY_CHARS] for k in store.list_keys()[:MAX_KEYS]]}
+    view = {"keys": [str(k)[:MAX_KEY_CHARS] for k in store.list_keys()[:MAX_KEYS]]}
+    if len(json.dumps(view)) > _MAX_VIEW_BYTES:  # keys JSON writes long (\uXXXX escapes)
+        return {"keys": [], "flooded": True}
+    return view
 
 
 def _answer_error(channel: socket.socket, exc: BaseException) -> None:

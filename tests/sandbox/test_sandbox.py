@@ -249,11 +249,11 @@ def rank_forged_group(mod, rank, world_size, port):
     return {"sum": float(sum(int(open(f"/tmp/forged-{port}-{r}").read())
                              for r in range(world_size)))}
 
-def rank_flood(mod, rank, world_size, port, keys):
+def rank_flood(mod, rank, world_size, port, keys, tail):
     import datetime, torch.distributed as dist
     store = dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=30))
     for i in range(keys):
-        store.set(f"flood/{rank}/{i}", "x")
+        store.set(f"flood/{rank}/{i}/{tail}", "x")
     return {"wrote": keys}
 
 def rank_crash(mod, rank, world_size, port):
@@ -312,13 +312,21 @@ def test_the_stores_of_later_scenarios_come_from_a_new_host_when_one_died(make_s
     assert sandbox._store_host is None
 
 
+@pytest.mark.parametrize(("keys", "tail"), [
+    (MAX_KEYS // 2 + 1, ""),  # too many keys
+    (300, "\u00e9" * 250),  # few, but their view would be too long (JSON escapes each \u00e9)
+], ids=["count", "escapes"])
 def test_a_store_flooded_with_keys_shows_no_rendezvous_and_the_next_one_is_fresh(
-        make_sandbox, tmp_path):
+        make_sandbox, tmp_path, keys, tail):
+    """A flooded store shows no rendezvous, and its host (which holds what was written) is
+    replaced before the next scenario."""
     sandbox = make_sandbox(STUDENT, PROBES)
-    flooded = sandbox.run_ranks("rank_flood", 2, (MAX_KEYS // 2 + 1,), 60, tmp_path, "add")
+    flooded = sandbox.run_ranks("rank_flood", 2, (keys, tail), 60, tmp_path, "add")
     assert flooded.stores[0].flooded and flooded.stores[0].keys == ()
     assert "flooded" in flooded.stores[0].describe()
+    host = sandbox._store_host
     after = sandbox.run_ranks("rank_group", 2, (), 60, tmp_path, "add", stores=2)
+    assert sandbox._store_host is not host
     assert not after.stores[0].flooded and after.stores[0].ranks_met() == [0, 1]
 
 
