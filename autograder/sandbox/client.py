@@ -947,7 +947,10 @@ class Sandbox:
             self._served |= self._zygote.served  # a later zygote must know what ran as its uid
             self._zygote.close()
             self._zygote = None
-        if self._store_host is not None:  # (in namespaces, it joined the zygote's network)
+        self._drop_store_host()  # (in namespaces, it joined the zygote's network)
+
+    def _drop_store_host(self) -> None:
+        if self._store_host is not None:
             self._store_host.close()
             self._store_host = None
 
@@ -1014,19 +1017,16 @@ class Sandbox:
         # /proc/<pid>/ns of another uid's process is not even readable without CAP_SYS_PTRACE)
         # the ranks share this one.
         netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
+        last = self._store_host
+        if last is not None and (not last.usable or last.netns_pid != netns):
+            self._drop_store_host()
         for attempt in range(2):  # once more with a new host: a scenario's ranks may have
             try:                  # broken the last one (made it big, killed it)
-                if self._store_host is None or not self._store_host.usable \
-                        or self._store_host.netns_pid != netns:
-                    if self._store_host is not None:
-                        self._store_host.close()
-                    self._store_host = None
+                if self._store_host is None:
                     self._store_host = StoreHost(netns)
                 return self._store_host.open(count, host)
             except StoreUnavailable as exc:
-                if self._store_host is not None:
-                    self._store_host.close()
-                    self._store_host = None
+                self._drop_store_host()
                 if attempt:
                     raise SandboxUnavailable(str(exc)) from None
         raise AssertionError("unreachable")

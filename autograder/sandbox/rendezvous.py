@@ -25,6 +25,8 @@ import signal
 import socket
 from dataclasses import dataclass
 
+from autograder.sandbox_runtime import wire
+
 # What the ranks' environment needs for `init_process_group` to be a client of this store.
 AGENT_STORE_ENV = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"}
 
@@ -88,7 +90,7 @@ class StoreHost:
             self._channel.close()
             _host(theirs, netns_pid)
         theirs.close()
-        self._channel.settimeout(timeout_s)
+        self._timeout = timeout_s
         self._ports: list[int] = []
         # False once an answer failed or was malformed (the channel may be out of step) or a
         # store was flooded (its memory stays in the host): the sandbox starts a new host.
@@ -129,9 +131,11 @@ class StoreHost:
         try:
             if request is not None:
                 _send(self._channel, request)
-            answer = _receive(self._channel, limit)
-        except (OSError, ValueError) as exc:
-            raise StoreUnavailable(f"the rendezvous store stopped answering ({exc})") from None
+            answer = json.loads(wire.recv(self._channel.fileno(), self._timeout, limit))
+        except (OSError, ValueError, wire.WireClosed, wire.WireTimeout,
+                wire.WireTooLarge) as exc:
+            raise StoreUnavailable(f"the rendezvous store stopped answering "
+                                   f"({str(exc) or type(exc).__name__})") from None
         return answer if type(answer) is dict else {}
 
     def close(self) -> None:
@@ -159,28 +163,7 @@ def _view(port: int, view: object) -> StoreView:
 
 
 def _send(channel: socket.socket, message: dict) -> None:
-    data = json.dumps(message).encode()
-    channel.sendall(len(data).to_bytes(4, "big") + data)
-
-
-def _receive(channel: socket.socket, limit: int) -> object:
-    """One framed JSON message (at most `limit` bytes); ValueError when malformed or too
-    large, OSError when the other end is gone or silent."""
-    head = _exactly(channel, 4)
-    size = int.from_bytes(head, "big")
-    if size > limit:
-        raise ValueError(f"an answer of {size} bytes")
-    return json.loads(_exactly(channel, size))
-
-
-def _exactly(channel: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = channel.recv(min(size - len(data), 1 << 16))
-        if not chunk:
-            raise OSError("closed")
-        data += chunk
-    return data
+    wire.send(channel.fileno(), json.dumps(message).encode())
 
 
 def _host(channel: socket.socket, netns_pid: int | None) -> None:
@@ -205,8 +188,8 @@ def _host(channel: socket.socket, netns_pid: int | None) -> None:
     stores: list[tuple[int, object]] = []
     while True:
         try:
-            request = _receive(channel, 1 << 16)
-        except (OSError, ValueError):
+            request = json.loads(wire.recv(channel.fileno(), None, 1 << 16))
+        except (OSError, ValueError, wire.WireClosed, wire.WireTooLarge):
             os._exit(0)  # the runner closed the channel: the grading is over
         try:
             if type(request) is dict and "open" in request:
