@@ -133,9 +133,10 @@ class RunnerServer:
         benchmarks start an instrumented one); by default `python -I -m ...warm_runner`."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Importing torch._dynamo makes an (empty) inductor cache folder in the temp folder:
-        # the server's goes with it, never into the grading's or the machine's /tmp.
+        # the server's is a folder of its own, never the grading's or the machine's /tmp,
+        # removed by close() or, if this process is killed, by the server when it sees us gone.
         self._scratch = tempfile.mkdtemp(prefix="autograder-server-")
-        env = {**server_env(), "TORCHINDUCTOR_CACHE_DIR": os.path.join(self._scratch, "inductor")}
+        env = {**server_env(), "TORCHINDUCTOR_CACHE_DIR": self._scratch}
         command = command or [sys.executable, "-I", "-m", "autograder.grading.warm_runner"]
         self.process = subprocess.Popen(
             [*command, str(theirs.fileno())],

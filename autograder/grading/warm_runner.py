@@ -22,6 +22,7 @@ import ctypes
 import gc
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -75,9 +76,14 @@ def serve(control_fd: int) -> None:
 
     # A runner that cannot be forked ends the server (fork_errors_fatal): the batch worker
     # sees it gone and starts runners cold. The batch worker gone, the server exits, and its
-    # runners die with it (PDEATHSIG).
+    # runners die with it (PDEATHSIG); a killed batch worker cannot remove the server's cache
+    # folder, so the server does.
+    def hangup() -> None:
+        shutil.rmtree(os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""), ignore_errors=True)
+        os._exit(0)
+
     server.listen(socket.socket(fileno=control_fd), size=1 << 20, fds=2, on_request=runner_for,
-                  on_hangup=lambda: os._exit(0))
+                  on_hangup=hangup)
     server.serve_forever()
 
 

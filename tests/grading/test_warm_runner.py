@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -89,6 +91,23 @@ def test_a_closed_server_leaves_no_folder_behind():
     scratch = Path(server._scratch)
     assert scratch.is_dir()
     server.close()
+    assert not scratch.exists()
+
+
+def test_a_killed_batch_worker_leaves_no_folder_behind(tmp_path):
+    # The worker is SIGKILLed: it cannot close its server, which sees it gone and cleans up.
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from autograder.grading.fork_channel import RunnerServer\n"
+         "print(RunnerServer()._scratch, flush=True)\ntime.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    scratch = Path(worker.stdout.readline().strip())
+    assert scratch.is_dir()
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 60  # the server first finishes importing torch
+    while scratch.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not scratch.exists()
 
 
