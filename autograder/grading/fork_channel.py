@@ -28,6 +28,10 @@ class ForkedChild:
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
+        # Its status is told once: later waits (a sandbox's close after it read why its zygote
+        # ended) get the known code at once, as from subprocess.Popen, not a full timeout.
+        if self.returncode is not None:
+            return self.returncode
         status = self.channel.status_of(self.pid, timeout)
         if status is None:
             raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)

@@ -124,6 +124,8 @@ def test_each_job_gets_a_fresh_runner_of_its_own(server, tmp_path):
         assert parent == server.process.pid and session == forked.pid
         pids.append(forked.pid)
         assert forked.wait(timeout=60) == 0 and forked.returncode == 0
+        started = time.monotonic()  # and again, at once (as subprocess.Popen does)
+        assert forked.wait(timeout=5) == 0 and time.monotonic() - started < 1
         streams.append(events_of(read_fd))
     assert len(set(pids)) == 2 and server.process.pid not in pids
     for events in streams:
