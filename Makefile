@@ -5,7 +5,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 
-.PHONY: venv demo test lint bench browser container clean
+.PHONY: venv demo test test-deployment lint bench browser container clean
 
 $(BIN)/autograder: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,22 @@ container:
 	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || \
 	    { apt-get update -qq && apt-get install -y -qq docker.io debootstrap >/dev/null; }
 
-# The 25 slowest tests at the end: where the suite's time goes. PYTEST_ARGS: more options
-# (e.g. PYTEST_ARGS="--junitxml=times.xml" for every test's time, or -k EXPR).
-test: venv lint browser container
-	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+# The suite in TEST_JOBS processes (pytest-xdist), each test file whole in one of them, so that
+# a module's fixtures (a local Ray instance, the red-team gradings) start once (tests/conftest.py
+# makes the units). Most tests wait on graders, sandboxes and timeouts rather than compute:
+# three processes on two cores (docs/measuring.md, "The project's own tests"). The 25 slowest
+# tests at the end: where the time goes. PYTEST_ARGS: more options (e.g.
+# PYTEST_ARGS="--junitxml=times.xml" for every test's time, or -k EXPR).
+TEST_JOBS ?= 3
+test: venv lint browser
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadscope -m "not deployment" \
+	    --durations=25 $(PYTEST_ARGS)
+
+# The deployment targets run end to end, on their own (CI runs this after `make test`): each
+# assignment's Gradescope image built and graded in Docker under Gradescope's CPU quota, which
+# sharing the machine would only slow, and the GPU machine's script on CPU (its dry run).
+test-deployment: venv browser container
+	$(BIN)/python -m pytest -q -m deployment --durations=15 $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python bench/grade_vs_pytest.py

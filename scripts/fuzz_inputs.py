@@ -1,7 +1,7 @@
 """Soak run of the input-layer fuzzing (tests/test_fuzz_inputs.py) at many times its size.
 
-    .venv/bin/python scripts/fuzz_inputs.py                 # 20x: about 52,000 cases
-    .venv/bin/python scripts/fuzz_inputs.py --scale 100 --seed 7
+    .venv/bin/python scripts/fuzz_inputs.py                 # 80x: about 52,000 cases
+    .venv/bin/python scripts/fuzz_inputs.py --scale 400 --seed 7
 
 The same properties as in `make test` (every answers file, zip, folder and notebook ends in a
 result or a specific problem, folders in a valid inert report), with FUZZ_SCALE times the cases;
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=20.0,
-                        help="multiple of the test's case counts (default 20)")
+    parser.add_argument("--scale", type=float, default=80.0,
+                        help="multiple of the test's case counts (default 80)")
     parser.add_argument("--seed", type=int, help="Hypothesis seed, to repeat a run")
     parser.add_argument("-k", help="only the properties matching this pytest expression")
     args = parser.parse_args()

@@ -24,7 +24,7 @@ from autograder.grading.late import results_shown_at
 from autograder.project.assignment import load_assignment
 from autograder.project.paths import GRADING_CONFIG
 
-pytestmark = pytest.mark.container
+pytestmark = pytest.mark.deployment
 
 # Where the grader can isolate neither way: no user to switch to, no namespaces to make.
 NEITHER = Limits("no isolation possible", docker_args=("--cap-drop", "SETUID",

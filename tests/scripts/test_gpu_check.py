@@ -72,7 +72,7 @@ def test_dry_environment_summary_shape(tmp_path):
     assert all(summary["parts"][p]["status"] == "skipped" for p in PARTS[1:])
 
 
-@pytest.mark.slow
+@pytest.mark.deployment
 def test_dry_run_passes(tmp_path):
     """Every part on CPU: 13 gradings, two at a time, on the 2-core machine."""
     code, log, summary = dry_run(tmp_path)
