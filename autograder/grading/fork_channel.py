@@ -121,6 +121,10 @@ _PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
               "AUTOGRADER_UNSAFE_NO_ISOLATION", "AUTOGRADER_ROOT", "AUTOGRADER_SANDBOX_SHARE")
 
 
+# The name of a server's own cache folder: the only kind the server removes (see warm_runner).
+SCRATCH_PREFIX = "autograder-server-"
+
+
 def server_env() -> dict[str, str]:
     """The server's environment, which its zygotes' memory (and /proc/self/environ) carry into
     every sandbox: only what grading needs, never a TA's tokens."""
@@ -139,7 +143,7 @@ class RunnerServer:
         # Importing torch._dynamo makes an (empty) inductor cache folder in the temp folder:
         # the server's is a folder of its own, never the grading's or the machine's /tmp,
         # removed by close() or, if this process is killed, by the server when it sees us gone.
-        self._scratch = tempfile.mkdtemp(prefix="autograder-server-")
+        self._scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
         env = {**server_env(), "TORCHINDUCTOR_CACHE_DIR": self._scratch}
         command = command or [sys.executable, "-I", "-m", "autograder.grading.warm_runner"]
         self.process = subprocess.Popen(

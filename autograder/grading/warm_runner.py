@@ -79,7 +79,9 @@ def serve(control_fd: int) -> None:
     # runners die with it (PDEATHSIG); a killed batch worker cannot remove the server's cache
     # folder, so the server does.
     def hangup() -> None:
-        shutil.rmtree(os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""), ignore_errors=True)
+        scratch = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+        if os.path.basename(scratch).startswith(fork_channel.SCRATCH_PREFIX):  # never a user's
+            shutil.rmtree(scratch, ignore_errors=True)
         os._exit(0)
 
     server.listen(socket.socket(fileno=control_fd), size=1 << 20, fds=2, on_request=runner_for,

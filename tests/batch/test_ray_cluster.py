@@ -26,7 +26,6 @@ import pytest
 from autograder.grading.grade import grade
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.slow  # (first in parallel runs, one unit with the other Ray file)
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]

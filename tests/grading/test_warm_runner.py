@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.fork_channel import RunnerServer, server_env
+from autograder.grading.fork_channel import SCRATCH_PREFIX, RunnerServer, server_env
 from autograder.grading.grade import grade_loaded
 from autograder.grading.job import Job
 from autograder.grading.submission import SubmissionFiles
@@ -101,8 +101,9 @@ def test_a_killed_batch_worker_leaves_no_folder_behind(tmp_path):
          "from autograder.grading.fork_channel import RunnerServer\n"
          "print(RunnerServer()._scratch, flush=True)\ntime.sleep(600)"],
         stdout=subprocess.PIPE, text=True)
-    scratch = Path(worker.stdout.readline().strip())
-    assert scratch.is_dir()
+    with worker.stdout:
+        scratch = Path(worker.stdout.readline().strip())
+    assert scratch.name.startswith(SCRATCH_PREFIX) and scratch.is_dir()
     worker.kill()
     worker.wait()
     deadline = time.monotonic() + 60  # the server first finishes importing torch
