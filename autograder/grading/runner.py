@@ -71,7 +71,10 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     # No third-party pytest plugins (what happens to be installed must not change grading;
     # loading them took ~0.1 s a grading), no gc.collect() at the end (unraisableexception).
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    args = [job.tests_dir, "-c", str(ini), "--rootdir", job.tests_dir, "-q", "-p",
+    # --confcutdir: conftest.py files above the hidden tests' folder (a course repository's own
+    # tests/conftest.py, say) are not the suite's: without it pytest loads every one of them.
+    args = [job.tests_dir, "-c", str(ini), "--rootdir", job.tests_dir,
+            "--confcutdir", job.tests_dir, "-q", "-p",
             "no:cacheprovider", "-p", "no:unraisableexception", "--strict-markers",
             "--import-mode=importlib", "-W", "ignore::DeprecationWarning"]
     if not job.tracebacks:  # only an instructor keeping the work folder reads runner.log

@@ -3,7 +3,8 @@
 `python -I -m autograder.grading.runner FD` with a Job as JSON on stdin, in its work folder: the
 events it streams on FD (their kinds, their order, what each carries), the state it runs hidden
 tests in (not dumpable, umask 077, a memory limit, no plugin autoload, the assignment's probes
-importable, the suite's own pytest configuration ignored), and the job's `skip` and budgets.
+importable, the suite's own pytest configuration and any conftest.py above it ignored), and the
+job's `skip` and budgets.
 What the parent makes of the stream is tests/grading/test_supervisor.py's; the plugin's
 validation and outcomes are tests/grading/test_pytest_plugin.py's; the memory limit's effect is
 tests/grading/test_runner_limits.py's.
@@ -84,6 +85,9 @@ def run_runner(job: Job) -> tuple[list[dict], subprocess.CompletedProcess]:
 def test_the_event_stream_and_the_state_tests_run_in(assignment, toy, tmp_path):
     made = assignment(HIDDEN)
     (made.hidden_tests / "pytest.ini").write_text("[pytest]\naddopts = --no-such-option -x\n")
+    # Nor is a conftest.py above the suite's folder (the project's tests/conftest.py was loaded
+    # by every grading of its own fixtures).
+    (made.hidden_tests.parent / "conftest.py").write_text("raise RuntimeError('not ours')\n")
     work = tmp_path / "work"
     work.mkdir()
     sandbox = prepare_sandbox_dir(toy / "submissions" / "good" / "toy.py", "toy", made.probes,
