@@ -2,7 +2,7 @@
 
     python bench/_timed_runners.py RECORDS PROFILES CONTROL_FD    (PROFILES "": none)
 
-Exactly autograder.grading.warm_runner's server, after wrapping the methods of the runner's side
+Exactly autograder.runner.warm's server, after wrapping the methods of the runner's side
 of the sandbox (autograder.sandbox.client) that start zygotes, fork workers, wait for a worker's
 import, run rank scenarios and stop workers: each call appends one `Span` line to RECORDS, with
 the hidden test it ran in. Only the forked runners call these wrappers (zygotes and workers run
@@ -75,12 +75,12 @@ def _current_test() -> str:
 def instrument(records: Path, profiles: Path | None = None) -> None:
     """Wrap the sandbox client's methods in the runners this server will fork (and their
     pytest sessions in cProfile, with `profiles`)."""
-    from autograder.grading import runner
-    from autograder.grading.runner_events import Done
+    from autograder.protocol.runner_events import Done
+    from autograder.runner import suite as runner
     from autograder.sandbox import client
 
     def write(span: Span) -> None:
-        # Opened per span: a forked runner keeps no descriptor of its server's (see warm_runner).
+        # Opened per span: a forked runner keeps no descriptor of its server's (see runner.warm).
         fd = os.open(records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, (json.dumps(asdict(span)) + "\n").encode())
@@ -158,7 +158,7 @@ def instrument(records: Path, profiles: Path | None = None) -> None:
     freeze = gc.freeze
 
     def frozen() -> None:
-        # warm_runner.serve freezes what it imported right before it serves: ready from here
+        # warm.serve freezes what it imported right before it serves: ready from here
         freeze()
         now = time.monotonic()
         write(Span("ready", now, now))
@@ -167,12 +167,12 @@ def instrument(records: Path, profiles: Path | None = None) -> None:
 
 
 def main() -> None:
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, as warm_runner's main
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, as runner.warm's main
     records, profiles, control_fd = sys.argv[1:4]  # (RunnerServer appends the descriptor)
     instrument(Path(records), Path(profiles) if profiles else None)
-    from autograder.grading import warm_runner
+    from autograder.runner import warm
 
-    warm_runner.serve(int(control_fd))
+    warm.serve(int(control_fd))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from autograder.grading.pytest_plugin import MARKERS
+from autograder.runner.pytest_plugin import MARKERS
 from autograder.sandbox.client import StudentError
 from autograder.sandbox.processes import free_port
 from autograder.sandbox_runtime import codec

@@ -49,8 +49,9 @@ from demo import build_examples  # noqa: E402
 
 from autograder.grading import grade as grading  # noqa: E402
 from autograder.grading import supervisor  # noqa: E402
-from autograder.grading.fork_channel import RunnerServer  # noqa: E402
-from autograder.grading.runner_events import (  # noqa: E402
+from autograder.project.assignment import load_assignment  # noqa: E402
+from autograder.protocol.fork_channel import RunnerServer  # noqa: E402
+from autograder.protocol.runner_events import (  # noqa: E402
     Collected,
     Done,
     Environment,
@@ -58,7 +59,6 @@ from autograder.grading.runner_events import (  # noqa: E402
     Result,
     parse,
 )
-from autograder.project.assignment import load_assignment  # noqa: E402
 
 ASSIGNMENTS = ("dp_basics", "ddp_training")
 EXAMPLES = ("reference", "blank", "partial")

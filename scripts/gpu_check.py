@@ -31,7 +31,7 @@ ASSIGNMENT = "dp_basics"
 DRY = os.environ.get("GPU_CHECK_DRY") == "1"
 PY = sys.executable
 PARTS = ("environment", "verify_key", "grading", "mutants", "batch", "memory")
-GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytest_plugin's fallback
+GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.runner.pytest_plugin's fallback
 
 # One mutant per GPU test: (mutant, GPU test (display-name prefix), words its message must hold,
 # whether one GPU can tell it from the reference). Mutants of scripts/make_mutants.py, written
@@ -389,7 +389,7 @@ class CudaWatch(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.2):
             for entry in Path("/proc").iterdir():
-                runner = "autograder.grading.warm_runner"
+                runner = "autograder.runner.warm"
                 if not entry.name.isdigit() or runner not in self._cmdline(entry.name):
                     continue
                 pid = int(entry.name)

@@ -17,9 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from autograder.batch.records import GradeOutcome, GradeTask
-from autograder.grading.fork_channel import RunnerServer
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.protocol.fork_channel import RunnerServer
 
 # This worker process's warm runner server (`warm_up`), handed to each grading it does.
 _runners: RunnerServer | None = None

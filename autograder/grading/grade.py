@@ -18,7 +18,6 @@ from datetime import datetime
 from pathlib import Path
 
 from autograder.grading.archives import ArchiveError, extract_zip
-from autograder.grading.fork_channel import RunnerServer
 from autograder.grading.late import SubmissionDates, late_entry
 from autograder.grading.notebook import NotebookError, extract_module, module_state
 from autograder.grading.report import write_outputs
@@ -36,6 +35,7 @@ from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import MAX_MESSAGE, clip, label
 from autograder.project.paths import GRADING_CONFIG
+from autograder.protocol.fork_channel import RunnerServer
 from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
 from autograder.sandbox_runtime import cells
 from autograder.student_files import check as student_check

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from autograder.grading.late import LateStatus
-from autograder.grading.statuses import ReportStatus, TestCause, TestOutcome
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
+from autograder.protocol.statuses import ReportStatus, TestCause, TestOutcome
 
 PARTS = ("multiple_choice", "coding")
 MAX_MESSAGE = _inert.MAX_MESSAGE

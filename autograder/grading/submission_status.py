@@ -47,8 +47,8 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder.grading.statuses import SUBMISSION_STATES, SubmissionState
 from autograder.project.inert import clip, inert
+from autograder.protocol.statuses import SUBMISSION_STATES, SubmissionState
 from autograder.sandbox.events import EVENTS_SUFFIX, MAX_PER_KIND
 
 STATUSES = SUBMISSION_STATES

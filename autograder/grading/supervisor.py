@@ -1,6 +1,6 @@
 """Run an assignment's hidden suite on one submission, from the trusted parent.
 
-The parent starts the trusted runner (`autograder.grading.runner`) and reads its stream of events.
+The parent starts the trusted runner (`autograder.runner.suite`) and reads its stream of events.
 If the
 runner dies (student code may kill it), the test in flight fails with an explanation and a new
 runner carries on with the rest, so one hostile test never costs the others. Every sandbox process
@@ -18,10 +18,13 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from autograder.grading.fork_channel import ForkedChild, RunnerServer
-from autograder.grading.job import Job, TestSpec
 from autograder.grading.results import CodingOutcome
-from autograder.grading.runner_events import (
+from autograder.grading.submission import SubmissionFiles
+from autograder.project import budgets
+from autograder.project.assignment import Assignment
+from autograder.protocol.fork_channel import ForkedChild, RunnerServer
+from autograder.protocol.job import Job, TestSpec
+from autograder.protocol.runner_events import (
     Calibration,
     Collected,
     Crashed,
@@ -36,9 +39,6 @@ from autograder.grading.runner_events import (
     Start,
     parse,
 )
-from autograder.grading.submission import SubmissionFiles
-from autograder.project import budgets
-from autograder.project.assignment import Assignment
 from autograder.sandbox.cgroups import remove_left_by
 from autograder.sandbox.folder import prepare_sandbox_dir
 from autograder.sandbox.isolation import UID_RANGE, detect
@@ -328,7 +328,7 @@ def _start_runner(job: Job, write_fd: int, log,
     runner = subprocess.Popen(
         # -I: neither the working folder nor PYTHON* variables reach sys.path, so nothing a
         # sandbox could write there is ever imported as (part of) the runner.
-        [sys.executable, "-I", "-m", "autograder.grading.runner", str(write_fd)],
+        [sys.executable, "-I", "-m", "autograder.runner.suite", str(write_fd)],
         stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
         start_new_session=True, cwd=job.output_dir)
     runner.stdin.write(payload.encode())

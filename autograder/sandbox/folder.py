@@ -19,7 +19,7 @@ RUNTIME_PACKAGE = "agsandbox"
 
 
 # The runtime's source, copied into each sandbox folder as RUNTIME_PACKAGE (warm zygotes
-# import it under that name: autograder.grading.warm_runner).
+# import it under that name: autograder.runner.warm).
 RUNTIME_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_runtime"
 
 

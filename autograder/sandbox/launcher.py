@@ -292,7 +292,7 @@ def main() -> None:
 
 def enter_uid(spec: dict) -> None:
     """Everything but the exec in `uid` mode: the sandbox's folder, as the sandbox user. Also
-    called by a warm runner server in a freshly forked child (autograder.grading.warm_runner)."""
+    called by a warm runner server in a freshly forked child (autograder.runner.warm)."""
     if not spec["uid"]:  # never root: uid mode is root's, and it always drops to a uid
         raise RuntimeError("uid mode without an unprivileged uid to drop to")
     os.umask(0o022)
@@ -304,7 +304,7 @@ def enter_namespaces(spec: dict) -> None:
     """Everything but the exec: returns in PID 1 of the new namespaces, as the sandbox user.
 
     The calling process stays outside, waits for PID 1 and exits as it did. Also called by a
-    warm runner server in a freshly forked child (see autograder.grading.warm_runner)."""
+    warm runner server in a freshly forked child (see autograder.runner.warm)."""
     os.umask(0o022)  # folders made for the new root must be traversable by the sandbox user
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS

@@ -1,12 +1,12 @@
 """One fork-server loop: fork a child per request on SOCK_SEQPACKET sockets, report how each ends.
 
 Used by the sandbox zygote (worker.zygote: a fresh worker per request) and by a batch worker's
-warm runner server (autograder.grading.warm_runner: a fresh runner per job on its control socket,
+warm runner server (autograder.runner.warm: a fresh runner per job on its control socket,
 a sandbox zygote per request on each runner's channel). Each socket it listens on carries
 requests of one kind: a message (JSON, at most `size` bytes) with up to `fds` descriptors. For
 each, the server forks; the child's pid goes back on that socket as `{"spawned": pid}` and, once
 the child has ended, `{"exited": pid, "status": wait_status}` on the same socket (the trusted
-side's reader of both is autograder.grading.fork_channel.ForkChannel, or the sandbox client's
+side's reader of both is autograder.protocol.fork_channel.ForkChannel, or the sandbox client's
 Zygote).
 
 Only the standard library, and nothing of the trusted side: this file is copied into every

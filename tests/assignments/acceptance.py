@@ -6,10 +6,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from autograder.grading.fork_channel import RunnerServer
 from autograder.grading.grade import grade_loaded
 from autograder.grading.results import Report
 from autograder.project.assignment import Assignment
+from autograder.protocol.fork_channel import RunnerServer
 
 JOBS = 2  # the CI machine's cores; gradings mostly wait on their subprocesses
 

@@ -41,7 +41,7 @@ from autograder.questions.answers import NO_FILE_MESSAGE
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
-GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.grading.pytest_plugin's fallback
+GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.runner.pytest_plugin's fallback
 
 # Hidden tests whose message for the blank template omits the probe's NotImplementedError (they
 # assert on a probe's report without quoting its "error"); tests/hidden is maintained elsewhere.

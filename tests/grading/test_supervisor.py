@@ -43,7 +43,7 @@ def test_the_toy_suite_on_a_correct_submission(assignment, toy, tmp_path, monkey
     made = assignment()
     expected = [  # the toy's hidden tests; grading.yml: add 3, divide 3, scale 2 points,
         # split by the tests' weights (points(n)); collect_hidden_tests' own tests are in
-        # tests/grading/test_pytest_plugin.py
+        # tests/runner/test_pytest_plugin.py
         ("add: adds two integers", 1, "add"),
         ("add: adds tensors without changing the inputs", 1, "add"),
         ("add: works in two processes", 1, "add"), ("divide: divides", 2, "divide"),

@@ -215,7 +215,7 @@ def test_points_that_students_would_never_be_shown_are_refused(tmp_path, part, v
     config.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(f"parts.{part}.visibility")):
         load_config(config)
-    # A hidden test worth points: tests/grading/test_pytest_plugin.py.
+    # A hidden test worth points: tests/runner/test_pytest_plugin.py.
 
 
 def test_a_part_partly_shown_says_what_its_total_counts(tmp_path):

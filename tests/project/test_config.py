@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from autograder.grading.job import Job
 from autograder.project.config import (
     AssignmentConfig,
     ConfigError,
@@ -17,6 +16,7 @@ from autograder.project.config import (
 )
 from autograder.project.late_policy import LatePolicy
 from autograder.project.paths import GRADING_CONFIG, SCHEMAS_DIR
+from autograder.protocol.job import Job
 
 
 def write(tmp_path, text):

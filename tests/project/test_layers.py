@@ -47,7 +47,7 @@ def test_the_engine_keeps_its_layers():
     # check.py, shipped to students, importing the engine
     ("student_files/check.py", "from autograder.project import paths", "Files shipped"),
     # the parent of a grading pulling pytest in through the plugin
-    ("grading/grade.py", "from autograder.grading import pytest_plugin",
+    ("grading/grade.py", "from autograder.runner import pytest_plugin",
      "The trusted parent imports neither torch nor pytest"),
 ])
 def test_a_wrong_direction_import_fails_naming_it(tmp_path, module, line, contract):

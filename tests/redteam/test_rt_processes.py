@@ -61,7 +61,7 @@ def _in_our_namespace():
     # the grader's processes.
     with open("/proc/1/cmdline", "rb") as f:
         pid1 = f.read()  # a zygote, cold (its boot) or forked by a warm runner server
-    if b"agsandbox.worker" not in pid1 and b"autograder.grading.warm_runner" not in pid1:
+    if b"agsandbox.worker" not in pid1 and b"autograder.runner.warm" not in pid1:
         raise RuntimeError("not attempted: not inside a sandbox's namespaces")
 
 
@@ -111,7 +111,7 @@ def _in_our_namespace():
     # the grader's processes.
     with open("/proc/1/cmdline", "rb") as f:
         pid1 = f.read()  # a zygote, cold (its boot) or forked by a warm runner server
-    if b"agsandbox.worker" not in pid1 and b"autograder.grading.warm_runner" not in pid1:
+    if b"agsandbox.worker" not in pid1 and b"autograder.runner.warm" not in pid1:
         raise RuntimeError("not attempted: not inside a sandbox's namespaces")
 
 

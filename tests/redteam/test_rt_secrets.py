@@ -78,7 +78,7 @@ SUBMISSIONS = {
 import importlib.util, os, sys
 
 seen = {}
-for name in ("autograder", "autograder.grading.grade", "autograder.grading.pytest_plugin"):
+for name in ("autograder", "autograder.grading.grade", "autograder.runner.pytest_plugin"):
     try:
         __import__(name)
         seen[name] = "IMPORTED"

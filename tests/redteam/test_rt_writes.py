@@ -71,9 +71,9 @@ def scale(x):
 """
 
 # Without isolation the sandbox runs as the grader's user (root here): it can write the grader's
-# temporary folder, which is the runner's working directory. `python -m autograder.grading.runner`
+# temporary folder, which is the runner's working directory. `python -m autograder.runner.suite`
 # puts
-# that folder first on sys.path, so a planted `autograder/grading/runner.py` IS the next runner.
+# that folder first on sys.path, so a planted `autograder/runner/suite.py` IS the next runner.
 SHADOW_RUNNER = r'''
 import json, os, re, sys
 
@@ -177,7 +177,7 @@ PLANTED_STARTUP = [
     ("torch.py", marker("torch")), ("pytest.py", marker("pytest")),
     ("json.py", marker("json")), ("yaml.py", marker("yaml")),
     ("autograder/__init__.py", marker("autograder")),
-    ("autograder/grading/runner.py", marker("autograder-runner")),
+    ("autograder/runner/suite.py", marker("autograder-runner")),
     ("agsandbox/__init__.py", marker("agsandbox")),
     ("agsandbox/worker.py", marker("agsandbox-worker")),
     ("__init__.py", marker("package")),

@@ -6,7 +6,7 @@ of the server's, with the server's SIGCHLD handler and wakeup pipe undone; the p
 once and the wait status when the child ends, on the socket that asked; a child that returns or
 raises ends with 70; a peer's hangup is the listener's to handle; a failed fork is dropped or
 ends the server, as the listener says. Its users' own behaviour: tests/sandbox/test_sandbox.py
-(the zygote) and tests/grading/test_warm_runner.py (the warm runner server).
+(the zygote) and tests/runner/test_warm_runner.py (the warm runner server).
 """
 
 from __future__ import annotations

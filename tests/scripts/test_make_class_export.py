@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from autograder.batch.roster import METADATA, discover
-from autograder.grading.statuses import SUBMISSION_STATES
+from autograder.protocol.statuses import SUBMISSION_STATES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "make_class_export.py"

@@ -7,7 +7,7 @@
   in what students are shown (autograder.grading.visibility): a result not shown yet;
 - `SubmissionState`: what a TA's gradebook says of a whole submission;
 - `RunnerEvent`: the kinds of event a runner streams to the parent, one JSON line each (each
-  kind's record, its fields typed, is in autograder.grading.runner_events).
+  kind's record, its fields typed, is in autograder.protocol.runner_events).
 
 Each comes with the tuple of its values (`get_args`), which the code that reads them from JSON
 checks against.

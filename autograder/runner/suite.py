@@ -1,6 +1,6 @@
 """The trusted runner: runs an assignment's hidden pytest suite against one submission's sandbox.
 
-Started by `autograder.grading.grade` as `python -m autograder.grading.runner RESULTS_FD` with a
+Started by `autograder.grading.grade` as `python -m autograder.runner.suite RESULTS_FD` with a
 `Job` as JSON on
 stdin; streams one JSON line per event to RESULTS_FD. It never imports student code: tests reach it
 only through the sandbox behind the `student` fixture.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.job import Job
-from autograder.grading.pytest_plugin import GradingPlugin, write_line
-from autograder.grading.runner_events import Done, Environment, Error
+from autograder.protocol.job import Job
+from autograder.protocol.runner_events import Done, Environment, Error
+from autograder.runner.pytest_plugin import GradingPlugin, write_line
 from autograder.sandbox.client import ZygoteSource
 from autograder.sandbox.isolation import Isolation, IsolationUnavailable, detect
 

@@ -19,8 +19,11 @@ from typing import Any
 
 import pytest
 
-from autograder.grading.job import SCORED_VISIBILITIES, VISIBILITIES, Job, TestSpec
-from autograder.grading.runner_events import (
+from autograder.project import budgets
+from autograder.project.config import SandboxLimits
+from autograder.project.inert import MAX_MESSAGE, clip
+from autograder.protocol.job import SCORED_VISIBILITIES, VISIBILITIES, Job, TestSpec
+from autograder.protocol.runner_events import (
     Calibration,
     Collected,
     Crashed,
@@ -32,10 +35,7 @@ from autograder.grading.runner_events import (
     SandboxStarted,
     Start,
 )
-from autograder.grading.statuses import TEST_CAUSES, TestCause, outcome_of
-from autograder.project import budgets
-from autograder.project.config import SandboxLimits
-from autograder.project.inert import MAX_MESSAGE, clip
+from autograder.protocol.statuses import TEST_CAUSES, TestCause, outcome_of
 from autograder.sandbox.client import (
     ImportBudget,
     ImportCrash,

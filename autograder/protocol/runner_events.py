@@ -1,6 +1,6 @@
 """What a runner tells the trusted parent: one typed record per event, one JSON line each.
 
-The runner (autograder.grading.runner and its pytest plugin) builds these records and writes
+The runner (autograder.runner.suite and its pytest plugin) builds these records and writes
 `event.to_json()` lines to its results pipe; the supervisor reads each line back with `parse`,
 which checks the kind and every field's type against the record's declaration and raises
 `MalformedEvent` on anything else. The runner is ours, not student code, so a malformed line is a
@@ -23,8 +23,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
-from autograder.grading.job import TestSpec
-from autograder.grading.statuses import (
+from autograder.protocol.job import TestSpec
+from autograder.protocol.statuses import (
     RUNNER_EVENTS,
     RunnerEvent,
     TestCause,

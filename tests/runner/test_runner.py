@@ -1,13 +1,13 @@
-"""autograder.grading.runner: the trusted runner as the parent starts it, on its own.
+"""autograder.runner.suite: the trusted runner as the parent starts it, on its own.
 
-`python -I -m autograder.grading.runner FD` with a Job as JSON on stdin, in its work folder: the
+`python -I -m autograder.runner.suite FD` with a Job as JSON on stdin, in its work folder: the
 events it streams on FD (their kinds, their order, what each carries), the state it runs hidden
 tests in (not dumpable, umask 077, a memory limit, no plugin autoload, the assignment's probes
 importable, the suite's own pytest configuration and any conftest.py above it ignored), and the
 job's `skip` and budgets.
 What the parent makes of the stream is tests/grading/test_supervisor.py's; the plugin's
-validation and outcomes are tests/grading/test_pytest_plugin.py's; the memory limit's effect is
-tests/grading/test_runner_limits.py's.
+validation and outcomes are tests/runner/test_pytest_plugin.py's; the memory limit's effect is
+tests/runner/test_runner_limits.py's.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder.grading.job import Job
-from autograder.grading.statuses import RUNNER_EVENTS
 from autograder.project import budgets
+from autograder.protocol.job import Job
+from autograder.protocol.statuses import RUNNER_EVENTS
 from autograder.sandbox.folder import prepare_sandbox_dir
 
 HIDDEN = '''
@@ -73,7 +73,7 @@ def job_for(assignment, workdir: Path, **changes) -> Job:
 def run_runner(job: Job) -> tuple[list[dict], subprocess.CompletedProcess]:
     read_fd, write_fd = os.pipe()
     with open(read_fd, "rb") as events:
-        done = subprocess.run([sys.executable, "-I", "-m", "autograder.grading.runner",
+        done = subprocess.run([sys.executable, "-I", "-m", "autograder.runner.suite",
                                str(write_fd)], input=json.dumps(asdict(job)).encode(),
                               pass_fds=(write_fd,), capture_output=True, timeout=120,
                               cwd=job.output_dir)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.pytest_plugin import describe_failure
 from autograder.project.inert import ELLIPSIS, MAX_MESSAGE
+from autograder.runner.pytest_plugin import describe_failure
 from autograder.sandbox.client import SandboxFailure
 
 
@@ -19,8 +19,8 @@ def test_the_runner_runs_under_a_memory_limit_and_memory_errors_are_the_students
         pytest.skip("on a GPU grader the runner has no address-space limit (CUDA)")
     script = textwrap.dedent("""
         import pytest
-        from autograder.grading.runner import MEMORY_HEADROOM, limit_memory
-        from autograder.grading.pytest_plugin import describe_failure
+        from autograder.runner.suite import MEMORY_HEADROOM, limit_memory
+        from autograder.runner.pytest_plugin import describe_failure
         assert limit_memory() is not None
         try:
             hog = bytearray(MEMORY_HEADROOM + (1 << 30))

@@ -1,9 +1,9 @@
 """Warm runners for batch grading: pytest and torch imported once, one fresh runner forked per job.
 
-`python -I -m autograder.grading.warm_runner FD` imports what every runner needs (pytest, torch, the
+`python -I -m autograder.runner.warm FD` imports what every runner needs (pytest, torch, the
 plugin; about 1.8 s), proves the isolation once, then waits on the SOCK_SEQPACKET socket FD. Each
 request carries a `Job` as JSON and two descriptors (the results pipe, the log); the server forks,
-and the child becomes the runner exactly as `python -I -m autograder.grading.runner` would: its own
+and the child becomes the runner exactly as `python -I -m autograder.runner.suite` would: its own
 session, not dumpable, umask 077, the hidden tests imported fresh. The server itself never
 collects tests, never sees a submission and never initialises CUDA, so every fork starts clean.
 
@@ -13,7 +13,7 @@ forks one per request, and the fork enters the submission's cgroup, limits, name
 
 The loop itself (wait, fork per request, report each child's pid and end to the socket that
 asked) is autograder.sandbox_runtime.fork_server, the one a sandbox zygote runs too. Our side of
-it (`RunnerServer`, `ForkChannel`, `WarmZygotes`) is autograder.grading.fork_channel.
+it (`RunnerServer`, `ForkChannel`, `WarmZygotes`) is autograder.protocol.fork_channel.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def serve(control_fd: int) -> None:
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
-    # What every forked runner uses (see _become_runner), imported once, here.
-    from autograder.grading import fork_channel, job, runner  # noqa: F401
     from autograder.project import budgets
+
+    # What every forked runner uses (see _become_runner), imported once, here.
+    from autograder.protocol import fork_channel, job  # noqa: F401
+    from autograder.runner import suite  # noqa: F401
     from autograder.sandbox import client as sandbox  # noqa: F401
     from autograder.sandbox.isolation import IsolationUnavailable, detect
 
@@ -124,11 +126,11 @@ def _forget_runtime() -> None:
 
 def _become_runner(message: bytes, fds: list[int], zygotes_fd: int) -> None:
     """In a fresh fork of the server (its descriptors already closed): become the runner, as
-    `python -I -m autograder.grading.runner` would be."""
+    `python -I -m autograder.runner.suite` would be."""
     try:
-        from autograder.grading.fork_channel import WarmZygotes
-        from autograder.grading.job import Job
-        from autograder.grading.runner import run
+        from autograder.protocol.fork_channel import WarmZygotes
+        from autograder.protocol.job import Job
+        from autograder.runner.suite import run
 
         _forget_runtime()
         os.setsid()

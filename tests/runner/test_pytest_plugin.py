@@ -1,4 +1,4 @@
-"""autograder.grading.pytest_plugin: what a hidden suite may declare, and what each ending of a
+"""autograder.runner.pytest_plugin: what a hidden suite may declare, and what each ending of a
 test becomes for the student.
 
 Through the real runner (collect_hidden_tests, run_hidden_tests) on small assignments built from
@@ -7,7 +7,7 @@ hidden tests" GradingError; markers and docstrings become the specs the report u
 way a test can end (pass, the author's assertion, pytest's rewritten detail, fail, skip, a
 grader bug, no submission, no GPU, memory) maps to the status and message the student sees.
 Hangs and `uses`/`tolerant` at run time are tests/grading/test_hangs.py's; clipping and the
-memory limit are tests/grading/test_runner_limits.py's.
+memory limit are tests/runner/test_runner_limits.py's.
 """
 
 from __future__ import annotations

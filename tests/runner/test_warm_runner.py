@@ -1,6 +1,6 @@
-"""autograder.grading.warm_runner and fork_channel: a batch worker's warm runner server.
+"""autograder.runner.warm and fork_channel: a batch worker's warm runner server.
 
-A real server (`python -I -m autograder.grading.warm_runner FD`, started by RunnerServer):
+A real server (`python -I -m autograder.runner.warm FD`, started by RunnerServer):
 each job gets a freshly forked runner (its own pid, session and results stream) that reports
 how it ended; a server that dies makes `alive` False, `spawn` None and its runners count as
 killed, and grading then starts runners cold; and grading the toy through the server gives the
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.fork_channel import SCRATCH_PREFIX, RunnerServer, server_env
 from autograder.grading.grade import grade_loaded
-from autograder.grading.job import Job
 from autograder.grading.submission import SubmissionFiles
 from autograder.grading.supervisor import run_hidden_tests
 from autograder.project.assignment import load_assignment
+from autograder.protocol.fork_channel import SCRATCH_PREFIX, RunnerServer, server_env
+from autograder.protocol.job import Job
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 
@@ -98,7 +98,7 @@ def test_a_killed_batch_worker_leaves_no_folder_behind(tmp_path):
     # The worker is SIGKILLed: it cannot close its server, which sees it gone and cleans up.
     worker = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
-         "from autograder.grading.fork_channel import RunnerServer\n"
+         "from autograder.protocol.fork_channel import RunnerServer\n"
          "print(RunnerServer()._scratch, flush=True)\ntime.sleep(600)"],
         stdout=subprocess.PIPE, text=True)
     with worker.stdout:

@@ -1,4 +1,4 @@
-"""One vocabulary of statuses (autograder.grading.statuses), the same as the schemas' and used
+"""One vocabulary of statuses (autograder.protocol.statuses), the same as the schemas' and used
 as it says by the runner and the supervisor."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from autograder.grading.job import VISIBILITIES
-from autograder.grading.pytest_plugin import FAILURE_CAUSES
-from autograder.grading.runner_events import EVENTS
-from autograder.grading.statuses import (
+from autograder.grading.submission_status import NEEDS_A_LOOK
+from autograder.project.paths import SCHEMAS_DIR
+from autograder.protocol.job import VISIBILITIES
+from autograder.protocol.runner_events import EVENTS
+from autograder.protocol.statuses import (
     NOT_RUN_CAUSES,
     REPORT_STATUSES,
     RUNNER_EVENTS,
@@ -18,8 +19,7 @@ from autograder.grading.statuses import (
     TEST_CAUSES,
     outcome_of,
 )
-from autograder.grading.submission_status import NEEDS_A_LOOK
-from autograder.project.paths import SCHEMAS_DIR
+from autograder.runner.pytest_plugin import FAILURE_CAUSES
 
 
 def report_schema_item(name: str) -> dict:
@@ -37,7 +37,7 @@ def test_every_submission_state_but_ok_needs_a_look():
 
 
 def test_every_runner_event_kind_has_its_record():
-    # The runner can only send records (see tests/grading/test_runner_events.py), one per kind.
+    # The runner can only send records (see tests/protocol/test_runner_events.py), one per kind.
     assert tuple(EVENTS) == RUNNER_EVENTS
     assert all(cls.kind == kind for kind, cls in EVENTS.items())
 

@@ -1,9 +1,9 @@
-"""autograder.grading.runner_events: the runner's events as typed records on one JSON line each.
+"""autograder.protocol.runner_events: the runner's events as typed records on one JSON line each.
 
 Every kind goes through `to_json` and `parse` unchanged, on the wire as the runner always wrote
 it (`{"event": KIND, ...fields}`); every malformed line is refused with a MalformedEvent that
 says what is wrong. What the supervisor makes of a stream is tests/grading/test_supervisor.py's;
-the runner's real stream is tests/grading/test_runner.py's.
+the runner's real stream is tests/runner/test_runner.py's.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from autograder.grading import runner_events
-from autograder.grading.job import TestSpec as Spec  # (not "Test...": pytest would collect it)
-from autograder.grading.runner_events import (
+from autograder.protocol import runner_events
+from autograder.protocol.job import TestSpec as Spec  # (not "Test...": pytest would collect it)
+from autograder.protocol.runner_events import (
     EVENTS,
     Calibration,
     Collected,
@@ -31,7 +31,7 @@ from autograder.grading.runner_events import (
     Start,
     parse,
 )
-from autograder.grading.statuses import RUNNER_EVENTS
+from autograder.protocol.statuses import RUNNER_EVENTS
 
 SPEC = Spec("test_toy.py::test_add", "add: adds", "add", 1.5, "visible", False, 8.0,
                 ["add", "scale"], True)

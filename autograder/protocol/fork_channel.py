@@ -1,6 +1,6 @@
-"""Our side of a warm runner server (autograder.grading.warm_runner): start it, ask it to fork.
+"""Our side of a warm runner server (autograder.runner.warm): start it, ask it to fork.
 
-`RunnerServer` starts `python -I -m autograder.grading.warm_runner FD` and forks warm runners
+`RunnerServer` starts `python -I -m autograder.runner.warm FD` and forks warm runners
 through it; `WarmZygotes` is a forked runner's channel to the same server for its zygotes. Only
 the standard library here: the trusted parent that holds a `RunnerServer` imports neither pytest
 nor torch.
@@ -121,7 +121,7 @@ _PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
               "AUTOGRADER_UNSAFE_NO_ISOLATION", "AUTOGRADER_ROOT", "AUTOGRADER_SANDBOX_SHARE")
 
 
-# The name of a server's own cache folder: the only kind the server removes (see warm_runner).
+# The name of a server's own cache folder: the only kind the server removes (see runner.warm).
 SCRATCH_PREFIX = "autograder-server-"
 
 
@@ -138,14 +138,14 @@ class RunnerServer:
 
     def __init__(self, command: list[str] | None = None) -> None:
         """`command`: the server's, to which the socket's descriptor number is appended (the
-        benchmarks start an instrumented one); by default `python -I -m ...warm_runner`."""
+        benchmarks start an instrumented one); by default `python -I -m autograder.runner.warm`."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Importing torch._dynamo makes an (empty) inductor cache folder in the temp folder:
         # the server's is a folder of its own, never the grading's or the machine's /tmp,
         # removed by close() or, if this process is killed, by the server when it sees us gone.
         self._scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
         env = {**server_env(), "TORCHINDUCTOR_CACHE_DIR": self._scratch}
-        command = command or [sys.executable, "-I", "-m", "autograder.grading.warm_runner"]
+        command = command or [sys.executable, "-I", "-m", "autograder.runner.warm"]
         self.process = subprocess.Popen(
             [*command, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
