@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 from autograder.project.assignment import load_assignment  # noqa: E402
 from autograder.project.config import default_limits  # noqa: E402
 from autograder.project.markers import reference  # noqa: E402
-from autograder.sandbox.client import Sandbox, SandboxFailure, SandboxTimeout  # noqa: E402
+from autograder.runner.stores import TcpStores  # noqa: E402
+from autograder.sandbox.client import Sandbox, SandboxFailure, SandboxTimeout, Starts  # noqa: E402
 from autograder.sandbox.folder import prepare_sandbox_dir  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "assignments" / "dp_basics"))
@@ -54,7 +55,8 @@ def sandbox(folder: Path) -> Sandbox:
     module = folder / "dp_basics.py"
     module.write_text(reference(assignment.solution.read_text()))
     box = prepare_sandbox_dir(module, "dp_basics", assignment.probes, folder)
-    return Sandbox(box, "dp_basics", default_limits(call_timeout=30), folder / "out.log")
+    return Sandbox(box, "dp_basics", default_limits(call_timeout=30), folder / "out.log",
+                   starts=Starts(stores=TcpStores()))
 
 
 def run(folder: Path, runs: int, outcomes: dict, durations: dict, stop: threading.Event | None,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autograder.project.config import default_limits
-from autograder.sandbox.client import Sandbox
+from autograder.sandbox.client import Sandbox, Starts
 from autograder.sandbox.folder import prepare_sandbox_dir
 
 
@@ -36,8 +36,10 @@ def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
             probes_path = tmp_path / "probes.py"
             probes_path.write_text(textwrap.dedent(probes))
         folder = prepare_sandbox_dir(module, "dp_basics", probes_path, tmp_path)
+        from autograder.runner.stores import TcpStores  # (torch: only when a test needs it)
+
         sandbox = Sandbox(folder, "dp_basics", default_limits(**{"call_timeout": 5, **limits}),
-                          tmp_path / f"out{len(made)}.log")
+                          tmp_path / f"out{len(made)}.log", starts=Starts(stores=TcpStores()))
         made.append(sandbox)
         return sandbox
 

@@ -5,9 +5,11 @@ Above the grading layer because it collects the hidden tests with a real runner.
 
 from __future__ import annotations
 
-import functools
-import re
+import json
+import subprocess
+import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.project.assignment import Assignment
@@ -107,11 +109,10 @@ def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
             bank = load_bank(root / "questions.yml")
     except QuestionBankError:
         return []  # check_assignment lists those
-    found = []
-    for q in bank.questions:
-        for where, text in question_texts(q):
-            found += [f"{q.id} {where} names {n}, which torch {_torch_version()} does not "
-                      "have" for n in missing_torch_names(text)]
+    texts = [(q.id, where, text) for q in bank.questions for where, text in question_texts(q)]
+    lookup = torch_lookup([text for _, _, text in texts])
+    found = [f"{id_} {where} names {n}, which torch {lookup.version} does not have"
+             for id_, where, text in texts for n in lookup.missing_in(text)]
     found += [f"leak: {line}" for q in bank.questions
               for line in leaks(q, leak_sources(name, config_path))]
     return found
@@ -144,74 +145,35 @@ def leak_sources(name: str, config_path: Path = GRADING_CONFIG) -> dict[str, str
     return sources
 
 
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
 def missing_torch_names(text: str) -> list[str]:
     """The names of `text` (see `torch_names`) that the installed torch does not have."""
-    import builtins
-    import importlib
-
-    import torch
-
-    names = torch_names(text)
-    missing = []
-    for dotted in sorted(names.dotted):
-        parts = dotted.split(".")
-        obj: object = torch
-        for i, part in enumerate(parts[1:], start=2):
-            if hasattr(obj, part):
-                obj = getattr(obj, part)
-                continue
-            try:
-                obj = importlib.import_module(".".join(parts[:i]))
-            except ImportError:
-                missing.append(dotted)
-                break
-    errors = _torch_errors()
-    missing += [e for e in sorted(names.errors)
-                if not hasattr(builtins, e) and e not in errors]
-    source = Path(torch.__file__).parent
-    identifiers = _torch_identifiers(str(source)) if names.private else set()
-    missing += [p for p in sorted(names.private) if p not in identifiers]
-    missing += [p for p in sorted(names.paths)
-                if not (source.parent / p).exists()
-                and not p.endswith((".cpp", ".h"))]  # C++ sources are not installed
-    return missing
+    return torch_lookup([text]).missing_in(text)
 
 
-@functools.cache
-def _torch_errors() -> frozenset[str]:
-    """Exception classes of torch's public modules (torch.OutOfMemoryError, ...)."""
-    import importlib
+@dataclass(frozen=True)
+class TorchLookup:
+    """What the installed torch lacks of the names some texts mention, and its version."""
 
-    found = set()
-    for module in ("torch", "torch.cuda", "torch.distributed", "torch.multiprocessing",
-                   "torch.distributed.elastic.multiprocessing.errors", "torch.serialization",
-                   "torch.utils.data", "torch.autograd", "torch.jit", "torch.fx", "torch.export",
-                   "torch.onnx", "torch._dynamo.exc"):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # deprecated aliases warn when read
-                found |= {k for k, v in vars(importlib.import_module(module)).items()
-                          if isinstance(v, type) and issubclass(v, BaseException)}
-        except ImportError:
-            continue
-    return frozenset(found)
+    version: str
+    missing: frozenset[str]
+
+    def missing_in(self, text: str) -> list[str]:
+        """Those of `text`'s names that torch lacks: dotted names, error types, private names,
+        source paths, each kind sorted."""
+        names = torch_names(text)
+        return [n for kind in (names.dotted, names.errors, names.private, names.paths)
+                for n in sorted(kind) if n in self.missing]
 
 
-@functools.cache
-def _torch_identifiers(source: str) -> frozenset[str]:
-    """Every `_private` identifier written in the installed torch's Python files and stubs."""
-    pattern = re.compile(r"\b_[A-Za-z]\w*")
-    found: set[str] = set()
-    for path in Path(source).rglob("*.py*"):
-        if path.suffix in (".py", ".pyi"):
-            try:
-                found |= set(pattern.findall(path.read_text(encoding="utf-8", errors="ignore")))
-            except OSError:
-                continue
-    return frozenset(found)
+def torch_lookup(texts: list[str]) -> TorchLookup:
+    """Look the names of `texts` up in the installed torch, in a child process
+    (autograder.runner.torch_lookup): only the runner package imports torch."""
+    names = [torch_names(text) for text in texts]
+    asked = {kind: sorted(set().union(*(getattr(n, kind) for n in names)))
+             for kind in ("dotted", "errors", "private", "paths")}
+    done = subprocess.run([sys.executable, "-m", "autograder.runner.torch_lookup"],
+                          input=json.dumps(asked), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError("looking torch names up failed: " + done.stderr[-2000:])
+    said = json.loads(done.stdout)
+    return TorchLookup(said["version"], frozenset(said["missing"]))

@@ -36,6 +36,7 @@ from autograder.protocol.runner_events import (
     Start,
 )
 from autograder.protocol.statuses import TEST_CAUSES, TestCause, outcome_of
+from autograder.runner.stores import TcpStores
 from autograder.sandbox.client import (
     ImportBudget,
     ImportCrash,
@@ -426,7 +427,8 @@ class GradingPlugin:
         # Drawn once per grading by the trusted side: a hard-coded count cannot be guessed.
         self.simulated_gpus = random.SystemRandom().randint(2, 4)
         # Every sandbox process is announced to the parent, which kills what is left.
-        starts = Starts(zygotes, on_start=lambda pid: emit(SandboxStarted(pid=pid)))
+        starts = Starts(zygotes, on_start=lambda pid: emit(SandboxStarted(pid=pid)),
+                        stores=TcpStores())
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
                                    Path(job.output_dir) / f"sandbox-{os.getpid()}.log",

@@ -63,6 +63,7 @@ from autograder.sandbox.processes import (
 from autograder.sandbox.rendezvous import (
     AGENT_STORE_ENV,
     StoreHost,
+    StoreServer,
     StoreUnavailable,
     StoreView,
 )
@@ -311,10 +312,13 @@ class Starts:
       (it has torch imported and has never seen a submission or a test); otherwise None.
     - `on_start`: called with the pid of every sandbox process started, so its group can be
       killed later even if the process that started it dies first.
+    - `stores`: what serves the rendezvous stores of its rank scenarios (torch's, which only
+      the runner imports: autograder.runner.stores.TcpStores); None: it runs no scenario.
     """
 
     zygotes: ZygoteSource | None = None
     on_start: Callable[[int], None] | None = None
+    stores: StoreServer | None = None
 
     def started(self, pid: int) -> None:
         if self.on_start is not None:
@@ -1016,6 +1020,9 @@ class Sandbox:
         # Only namespaces give a sandbox a network of its own; in `uid` mode (a container, where
         # /proc/<pid>/ns of another uid's process is not even readable without CAP_SYS_PTRACE)
         # the ranks share this one.
+        server = self.starts.stores
+        if server is None:  # the grader's own mistake: no scenario can run here
+            raise SandboxUnavailable("this sandbox was started without rendezvous stores")
         netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
         last = self._store_host
         if last is not None and (not last.usable or last.netns_pid != netns):
@@ -1023,7 +1030,7 @@ class Sandbox:
         for attempt in range(2):  # once more with a new host: a scenario's ranks may have
             try:                  # broken the last one (made it big, killed it)
                 if self._store_host is None:
-                    self._store_host = StoreHost(netns)
+                    self._store_host = StoreHost(netns, server)
                 return self._store_host.open(count, host)
             except StoreUnavailable as exc:
                 self._drop_store_host()

@@ -12,7 +12,9 @@ ranks registered in it for a process group (`StoreView.ranks_met`): ranks that n
 real `init_process_group` at the port they were given are not there.
 
 The servers run in a child of the runner (one per sandbox network namespace, `StoreHost`);
-what is read back is capped (`MAX_KEYS`, key length).
+what is read back is capped (`MAX_KEYS`, key length). The stores themselves are torch's, which
+only the runner imports: whoever makes the sandbox passes them in (`StoreServer`; the runner's
+is autograder.runner.stores.TcpStores).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import signal
 import socket
 from dataclasses import dataclass
+from typing import Protocol
 
 from autograder.sandbox_runtime import wire
 
@@ -39,6 +42,22 @@ _PR_SET_PDEATHSIG = 1
 # `<group prefix><generation>//<device>//<pair index>/<rank>` (torch 2.13: "default_pg/0//cpu//0/1"
 # for a group made from an init_method, "0//cpu//0/1" for one given a store of its own).
 _GLOO_RANK_KEY = re.compile(r"^(?P<group>(?:[^/]+/)*\d+)//[a-z]+//\d+/(?P<rank>\d+)$")
+
+
+class StoreServer(Protocol):
+    """What serves rendezvous stores inside a `StoreHost`'s process."""
+
+    def start(self, host: str) -> tuple[int, object]:
+        """A fresh store listening at `host` on a free port: (its port, the store)."""
+        ...
+
+    def count(self, store: object) -> int:
+        """How many keys `store` holds."""
+        ...
+
+    def keys(self, store: object) -> list[str]:
+        """The keys `store` holds."""
+        ...
 
 
 class StoreUnavailable(Exception):
@@ -82,13 +101,14 @@ class StoreHost:
     the runner, a store that broke shows no rendezvous, and a host that stops answering is
     replaced (Sandbox._stores)."""
 
-    def __init__(self, netns_pid: int | None, timeout_s: float = 30.0) -> None:
+    def __init__(self, netns_pid: int | None, server: StoreServer,
+                 timeout_s: float = 30.0) -> None:
         self.netns_pid = netns_pid
         self._channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._pid = os.fork()
         if self._pid == 0:  # only what the stores need: the runner has threads
             self._channel.close()
-            _host(theirs, netns_pid)
+            _host(theirs, netns_pid, server)
         theirs.close()
         self._timeout = timeout_s
         self._ports: list[int] = []
@@ -166,7 +186,7 @@ def _send(channel: socket.socket, message: dict) -> None:
     wire.send(channel.fileno(), json.dumps(message).encode())
 
 
-def _host(channel: socket.socket, netns_pid: int | None) -> None:
+def _host(channel: socket.socket, netns_pid: int | None, server: StoreServer) -> None:
     """The host's process: join the sandbox's network namespace, then serve requests until
     the runner closes the channel."""
     try:
@@ -179,8 +199,6 @@ def _host(channel: socket.socket, netns_pid: int | None) -> None:
             if os.geteuid() != 0:  # our own user namespace first: we own it, and hold its caps
                 _join(libc, f"/proc/{netns_pid}/ns/user", _CLONE_NEWUSER)
             _join(libc, f"/proc/{netns_pid}/ns/net", _CLONE_NEWNET)
-        import torch.distributed  # noqa: F401 - imported by the runner already: no cost
-
         _send(channel, {"ready": True})
     except BaseException as exc:  # noqa: BLE001 - the runner says what failed
         _answer_error(channel, exc)
@@ -193,36 +211,20 @@ def _host(channel: socket.socket, netns_pid: int | None) -> None:
             os._exit(0)  # the runner closed the channel: the grading is over
         try:
             if type(request) is dict and "open" in request:
-                stores = [_start_store(str(request["host"])) for _ in range(int(request["open"]))]
+                stores = [server.start(str(request["host"])) for _ in range(int(request["open"]))]
                 _send(channel, {"ports": [port for port, _ in stores]})
             else:
-                views = [_store_view(store) for _, store in stores]
+                views = [_store_view(server, store) for _, store in stores]
                 stores = []  # each server stops, and closes its socket, as its store goes
                 _send(channel, {"views": views})
         except BaseException as exc:  # noqa: BLE001
             _answer_error(channel, exc)
 
 
-def _start_store(host: str) -> tuple[int, object]:
-    """A TCPStore server at `host` on a free port: (port, store)."""
-    import datetime
-
-    import torch.distributed as dist
-
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((host, 0))
-    listener.listen(128)
-    port = listener.getsockname()[1]
-    store = dist.TCPStore(host, port, None, True, datetime.timedelta(seconds=30),
-                          wait_for_workers=False, master_listen_fd=listener.detach())
-    return port, store
-
-
-def _store_view(store: object) -> dict:
-    count = int(store.num_keys())
-    if count > MAX_KEYS:
+def _store_view(server: StoreServer, store: object) -> dict:
+    if int(server.count(store)) > MAX_KEYS:
         return {"keys": [], "flooded": True}
-    view = {"keys": [str(k)[:MAX_KEY_CHARS] for k in store.list_keys()[:MAX_KEYS]]}
+    view = {"keys": [str(k)[:MAX_KEY_CHARS] for k in server.keys(store)[:MAX_KEYS]]}
     if len(json.dumps(view)) > _MAX_VIEW_BYTES:  # keys JSON writes long (\uXXXX escapes)
         return {"keys": [], "flooded": True}
     return view

@@ -48,7 +48,13 @@ def test_the_engine_keeps_its_layers():
     ("student_files/check.py", "from autograder.project import paths", "Files shipped"),
     # the parent of a grading pulling pytest in through the plugin
     ("grading/grade.py", "from autograder.runner import pytest_plugin",
-     "The trusted parent imports neither torch nor pytest"),
+     "The trusted parent (grading, batch) imports neither torch nor pytest"),
+    # the parent importing the runner process's code (it starts it by name)
+    ("grading/supervisor.py", "from autograder.runner import suite", "Layers"),
+    # torch imported by trusted code outside the runner package
+    ("sandbox/rendezvous.py", "import torch.distributed",
+     "Of the trusted side, only the runner imports torch or pytest"),
+    ("release/validation.py", "import torch", "Of the trusted side, only the runner"),
 ])
 def test_a_wrong_direction_import_fails_naming_it(tmp_path, module, line, contract):
     root = engine_copy(tmp_path)
