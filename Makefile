@@ -36,11 +36,16 @@ container:
 	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || \
 	    { apt-get update -qq && apt-get install -y -qq docker.io debootstrap >/dev/null; }
 
-# The 25 slowest tests at the end: where the suite's time goes. PYTEST_ARGS: more options
-# (e.g. PYTEST_ARGS="--junitxml=times.xml" for every test's time, or -k EXPR). The deployment
-# targets are `make test-deployment`.
+# The suite in TEST_JOBS processes (pytest-xdist), each test file whole in one of them, so that
+# a module's fixtures (a local Ray instance, the red-team gradings) start once (tests/conftest.py
+# makes the units). Most tests wait on graders, sandboxes and timeouts rather than compute:
+# three processes on two cores (docs/measuring.md, "The project's own tests"). The 25 slowest
+# tests at the end: where the time goes. PYTEST_ARGS: more options (e.g.
+# PYTEST_ARGS="--junitxml=times.xml" for every test's time, or -k EXPR).
+TEST_JOBS ?= 3
 test: venv lint browser
-	$(BIN)/python -m pytest -q -m "not deployment" --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder \
+	    -m "not deployment" --durations=25 $(PYTEST_ARGS)
 
 # The deployment targets run end to end, on their own (CI runs this after `make test`): each
 # assignment's Gradescope image built and graded in Docker under Gradescope's CPU quota, which

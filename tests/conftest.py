@@ -23,6 +23,35 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Parallel runs (`make test`: pytest -n 3): the unit of work is a test file, run whole by one
+# process, so its module fixtures start once; files that share a resource share a unit, and a
+# file of independent long tests is split. (By path: pytest-xdist's own `loadgroup` marks do
+# not take with pytest 9, which no longer reads a test's id from `_nodeid`.)
+SHARED_UNITS = {"tests/batch/test_ray_workers.py": "ray",  # one local Ray instance at a time:
+                "tests/batch/test_ray_cluster.py": "ray"}  # a loaded machine makes raylets late
+SPLIT_FILES = {"tests/test_fuzz_inputs.py"}
+
+
+@pytest.hookimpl(optionalhook=True)  # (a run without pytest-xdist has no such hook)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.partition("::")[0]
+            return SHARED_UNITS.get(path) or (nodeid if path in SPLIT_FILES else path)
+
+    return ByFile(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked `slow` first (parallel runs hand out units in this order): the last unit
+    to start should be a short one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
 @pytest.fixture
 def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
     """A real sandbox process around a student module given as source text."""

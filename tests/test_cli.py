@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADER = [sys.executable, "-m", "autograder.cli"]
 TOY = ROOT / "tests" / "fixtures" / "toy"

@@ -3,8 +3,8 @@ folders and notebooks, each read by the real code (the limited child included), 
 property that every one ends in a result or a specific problem for the student, never an
 exception; folders go on to a written, schema-valid report free of raw control characters.
 
-Bounded for `make test` (660 cases, about a minute of CPU); scripts/fuzz_inputs.py runs eighty
-times as many (FUZZ_SCALE=80).
+Bounded for `make test` (660 cases, about a minute of CPU; each property a unit of its own in
+parallel runs); scripts/fuzz_inputs.py runs eighty times as many (FUZZ_SCALE=80).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from autograder.grading.results import build_report
 from autograder.project.assignment import load_assignment
 from autograder.project.schemas import validate
 from autograder.questions.answers import grade_answers
+
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"

@@ -217,7 +217,16 @@ def init_on_loopback(ray: Any, **options: Any) -> None:
     before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        ray.init(**options)
+        for attempt in range(2):
+            try:
+                ray.init(**options)
+                return
+            # Ray gives its raylet a fixed 30 s to register, which a loaded machine can miss
+            # (its plain Exception says so only in words): once more, from scratch.
+            except Exception as exc:
+                if attempt or "timed out during startup" not in str(exc):
+                    raise
+                ray.shutdown()
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = before
 

@@ -20,6 +20,8 @@ from autograder.questions.snippets import (
     run_snippet,
 )
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 BANK = load_bank(bank_path("dp_basics"))
 SNIPPET_QUESTIONS = [q for q in BANK.questions if q.snippet is not None]
 

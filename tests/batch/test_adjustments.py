@@ -24,6 +24,8 @@ from autograder.grading.late import late_status
 from autograder.project.assignment import load_assignment
 from autograder.project.late_policy import parse_timestamp
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 AUTOGRADER = Path(sys.executable).parent / "autograder"
 
 

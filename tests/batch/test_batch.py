@@ -20,6 +20,8 @@ from sandbox_view import seen_in, snooping_source
 from autograder.batch.driver import BatchError, batch
 from autograder.batch.gradebook import Gradebook
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
@@ -425,6 +427,7 @@ def test_a_sandbox_that_cannot_start_is_a_grader_error_never_the_students(
 # points stay with the other tests).
 GRADER_BUG = '''
 import pytest
+
 
 
 def test_add(student):

@@ -26,6 +26,7 @@ import pytest
 from autograder.grading.grade import grade
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # (first in parallel runs, one unit with the other Ray file)
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]

@@ -40,6 +40,7 @@ from autograder.project.assignment import load_assignment
 from autograder.project.late_policy import parse_timestamp
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # (first in parallel runs, one unit with the other Ray file)
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"

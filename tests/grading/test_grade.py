@@ -10,6 +10,8 @@ import pytest
 from autograder.grading.grade import grade
 from autograder.project.schemas import validate
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
 ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
@@ -94,6 +96,7 @@ def test_single_nested_folder_is_entered(tmp_path):
 
 HOSTILE = GOOD + """
 import os, signal, sys
+
 
 def add(a, b):
     class Equal:

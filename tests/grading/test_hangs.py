@@ -20,6 +20,8 @@ from autograder.grading.grade import grade
 from autograder.project import budgets
 from autograder.sandbox.client import SandboxFailure, SandboxTimeout
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
 
@@ -334,6 +336,7 @@ def test_budgets_come_from_the_reference_times(tmp_path):
     # the flat 8 s and its slow call passes.
     sleepy = GOOD + """
 import time
+
 
 def add(a, b):
     time.sleep(1.8)

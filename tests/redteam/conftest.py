@@ -4,8 +4,8 @@ Each test module declares its hostile submissions in a module-level ``SUBMISSION
 ``dict`` spec, see `Spec`) and marks each test with ``@pytest.mark.submission(name)``; the
 ``graded`` fixture hands the test that submission's `Graded` result. Every submission is graded
 once per session, by ``autograder.grading.grade.grade`` in a child Python process (so a grading can
-have its own isolation mode, a hard time limit and its own memory), three at a time; the first test
-that asks starts every grading the selected tests need, slowest first.
+have its own isolation mode, a hard time limit and its own memory), three at a time; before a
+module's first test, every grading its selected tests need starts, slowest first.
 
 The toy assignment is graded from a copy whose secrets (hidden tests, key, a solution, grading.yml)
 hold a canary string unique to the session: the canary must never reach a report. The attacker is
@@ -53,7 +53,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
 ANSWERS = "sum_shape: A\nfloat_types: [A, C]\n"
-JOBS = int(os.environ.get("REDTEAM_JOBS", "3"))
+# Gradings at a time: three, or one in a parallel run (pytest -n), whose other processes load
+# the machine already (a hard time limit per grading would be missed).
+JOBS = int(os.environ.get("REDTEAM_JOBS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "3"))
 GRADING_LIMIT_S = 90  # a grading still running then is killed (the test then fails)
 
 # The toy's hidden tests by display name, with the student function each checks. On a grader
@@ -586,15 +588,21 @@ def _spec_of(item: pytest.Item) -> Spec | None:
 
 
 @pytest.fixture(scope="session")
-def grader(tmp_path_factory: pytest.TempPathFactory, secrets: Secrets,
-           request: pytest.FixtureRequest):
-    base = tmp_path_factory.mktemp("redteam")
-    g = Grader(base, secrets)
-    specs = [s for s in (_spec_of(i) for i in request.session.items) if s is not None]
-    for spec in sorted(specs, key=lambda s: not s.slow):  # slowest first, then in test order
-        g.start(spec)
+def grader(tmp_path_factory: pytest.TempPathFactory, secrets: Secrets):
+    g = Grader(tmp_path_factory.mktemp("redteam"), secrets)
     yield g
     g.pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _grade_the_modules_submissions(grader: Grader, request: pytest.FixtureRequest) -> None:
+    """Every submission the module's selected tests read, started before its first test: by
+    module, not session, so that parallel runs (pytest -n, files kept whole) grade each
+    submission on the one process that runs its tests."""
+    items = [i for i in request.session.items if i.module is request.module]
+    specs = [s for s in (_spec_of(i) for i in items) if s is not None]
+    for spec in sorted(specs, key=lambda s: not s.slow):  # slowest first, then in test order
+        grader.start(spec)
 
 
 @pytest.fixture

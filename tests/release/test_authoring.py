@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "AUTHORING.md"
 BIN = Path(sys.executable).parent

@@ -36,6 +36,8 @@ from autograder.release.otter import (
 )
 from autograder.student_files.otter_checks import answers_yaml
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 MODULE = ASSIGNMENT.config.module

@@ -19,6 +19,8 @@ import yaml
 
 from autograder.release.scaffold import ScaffoldError, append_entry
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 AUTOGRADER = Path(sys.executable).parent / "autograder"
 SKIP = shutil.ignore_patterns(".venv", "__pycache__", "dist", "demo-out", "test-artifacts",

@@ -13,6 +13,8 @@ from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
 from autograder.sandbox.rendezvous import MAX_KEYS
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 STUDENT = """
 import os, signal, sys, time
 import torch

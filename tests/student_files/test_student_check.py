@@ -24,6 +24,8 @@ from autograder.questions.answers import INVALID, grade_answers
 from autograder.release.build import Project, key_answers, student_files, write_zip
 from autograder.student_files import check as student_check
 
+pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics")
 REFERENCE = reference(ASSIGNMENT.solution.read_text())
