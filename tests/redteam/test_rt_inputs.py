@@ -11,7 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ANSWERS, GOOD, HONEST, MC_POINTS, ROOT, TOY, assert_sound, legit_max
+from conftest import (  # the red team's (tests/redteam/conftest.py): imported as collected
+    ANSWERS,
+    GOOD,
+    HONEST,
+    MC_POINTS,
+    ROOT,
+    TOY,
+    Spec,
+    assert_sound,
+    legit_max,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared builders
 from hostile_inputs import (  # noqa: E402
@@ -94,8 +104,6 @@ def test_an_answers_file_with_a_huge_number_is_graded(graded, secrets):
     ("zip_long_name", "over 255 bytes"),
 ])
 def test_a_broken_zip_gets_a_report_saying_why(grader, secrets, name, expected):
-    from conftest import Spec
-
     graded = grader.start(Spec(name=name, **SUBMISSIONS[name])).result()
     assert_sound(graded, 0.0, secrets)
     assert expected in _notes(graded), _notes(graded)
