@@ -170,14 +170,14 @@ def _serve() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() == 1:
         sys.exit(0)  # the batch died before we could arm the death signal
-    from autograder.batch.worker import grade_task, warm_up
+    from autograder.batch.worker import Worker
 
     # Outcomes go to a private copy of stdout; anything else printed goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    warm_up()
+    worker = Worker()
     for line in sys.stdin.buffer:
-        outcome = grade_task(GradeTask.from_json(json.loads(line)))
+        outcome = worker.grade(GradeTask.from_json(json.loads(line)))
         out.write(json.dumps(asdict(outcome)).encode() + b"\n")
         out.flush()
 

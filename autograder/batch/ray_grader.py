@@ -1,7 +1,7 @@
 """A warm grading worker on a Ray node: `RayGrader`, made a Ray actor by
 `autograder.batch.ray_workers`.
 
-It holds what a local warm worker holds (`batch.worker.warm_up`: a runner server with pytest and
+It holds what a local warm worker holds (`batch.worker.Worker`: a runner server with pytest and
 torch imported, which forks a fresh runner and fresh sandbox zygotes for every submission), and
 it needs nothing of the driver's file system: the assignment arrives once as a bundle (from
 Ray's object store), each submission as packed bytes, and the reports go back as bytes. Its own
@@ -17,16 +17,19 @@ import contextlib
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder.batch.bundles import read_outputs, unpack_assignment, unpack_submission
 from autograder.batch.records import GradeOutcome, GradeTask
 from autograder.grading.late import SubmissionDates
+
+if TYPE_CHECKING:  # imported once the bundle is unpacked (see _set_up)
+    from autograder.batch.worker import Worker
 
 PREFIX = "autograder-ray-"  # of this worker's temporary folders: PREFIX + pid + "-..."
 
@@ -44,6 +47,7 @@ class RayGrader:
         self.root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")).resolve()
         self.config: Path | None = None
         self.assignment = ""
+        self.worker: Worker | None = None
         try:
             self._set_up(bundle, share)
         except Exception as exc:  # noqa: BLE001 - said in every outcome of this worker
@@ -73,7 +77,7 @@ class RayGrader:
                                f"unpacked (its root is {paths.ROOT}); this Ray worker process "
                                "was reused")
         from autograder.batch.fingerprints import assignment_version, grader_version
-        from autograder.batch.worker import _assignment, warm_up
+        from autograder.batch.worker import Worker, _assignment
 
         spec = _assignment(self.assignment, str(self.config))
         # The driver's gradebook records its own versions: grading here must be the same.
@@ -83,7 +87,7 @@ class RayGrader:
                                "version on every node")
         if assignment_version(spec) != bundle.get("assignment_version"):
             raise RuntimeError("the assignment unpacked here is not the driver's version")
-        warm_up()
+        self.worker = Worker()
 
     def ready(self) -> str:
         """Where this worker runs, once it is set up (or why it cannot grade)."""
@@ -95,8 +99,9 @@ class RayGrader:
         started = time.monotonic()
         key = str(request.get("key"))
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        if self.problem:
-            return _answer(GradeOutcome(key, None, self.problem, 0.0, worker), {})
+        if self.problem or self.worker is None:
+            return _answer(GradeOutcome(key, None, self.problem or "not set up", 0.0, worker),
+                           {})
         job = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-job-"))
         try:
             (job / "in").mkdir()
@@ -105,9 +110,7 @@ class RayGrader:
             task = GradeTask(key=key, submission=str(submission), out=str(job / "out"),
                              assignment=self.assignment, config_path=str(self.config),
                              dates=SubmissionDates.from_json(dates) if dates else None)
-            from autograder.batch.worker import grade_task
-
-            outcome = grade_task(task)
+            outcome = self.worker.grade(task)
             files = read_outputs(job / "out")  # sandbox events too, after a failure
             return _answer(outcome, files)
         except Exception as exc:  # noqa: BLE001 - this submission only; the batch goes on
@@ -119,10 +122,8 @@ class RayGrader:
 
     def close(self) -> None:
         """Stop the runner server and remove this worker's folder (before a planned exit)."""
-        worker = sys.modules.get("autograder.batch.worker")
-        server = getattr(worker, "_runners", None)
-        if server is not None:
-            server.close()
+        if self.worker is not None:
+            self.worker.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 

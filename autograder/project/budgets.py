@@ -15,6 +15,7 @@ file (added since the release) keeps the flat cap.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -40,18 +41,13 @@ def _workload() -> int:
     return total
 
 
-_measured: float | None = None
-
-
+@functools.cache
 def calibration_seconds() -> float:
     """Wall seconds of the fixed workload here, now; measured once per process (a warm runner
     server measures it once, and the runners it forks inherit it)."""
-    global _measured
-    if _measured is None:
-        started = time.perf_counter()
-        _workload()
-        _measured = time.perf_counter() - started
-    return _measured
+    started = time.perf_counter()
+    _workload()
+    return time.perf_counter() - started
 
 
 def machine_factor(reference_calibration: float | None, measured: float) -> float:

@@ -134,7 +134,8 @@ def server_env() -> dict[str, str]:
 
 
 class RunnerServer:
-    """Started by a batch worker (see batch_worker.warm_up); `spawn` forks a warm runner."""
+    """Started by a batch worker (autograder.batch.worker.Worker); `spawn` forks a warm
+    runner."""
 
     def __init__(self, command: list[str] | None = None) -> None:
         """`command`: the server's, to which the socket's descriptor number is appended (the
