@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autograder.grading.results import Report, TestResult
@@ -299,7 +299,7 @@ def write_outputs(report: Report, out: Path, students: bool = True) -> Report:
 def _render(report: Report, students: bool = True) -> dict[str, str]:
     if students:
         report = student_view(report)
-    results, data = gradescope_results(report, students=False), asdict(report)
+    results, data = gradescope_results(report, students=False), report.to_json()
     validate(results, "gradescope_results.schema.json", "results.json")
     validate(data, "report.schema.json", "report.json")
     context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES,

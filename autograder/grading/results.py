@@ -8,10 +8,11 @@ part and the parts to the total, in every report and in results.json.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from autograder.grading.late import LateStatus
 from autograder.project import inert as _inert
@@ -82,6 +83,18 @@ class Report:
     # What students were shown of this report (autograder.grading.visibility.Release): when it
     # was graded, when its `after_due_date` results are shown, how many results were withheld.
     release: dict | None = None
+
+    def to_json(self) -> dict:
+        """This report as JSON values (what report.json holds, and what a batch worker sends
+        back): `Report.from_json` reads it back equal."""
+        return json.loads(json.dumps(asdict(self)))  # (tuples become lists, as in a file)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Report:
+        """The report `to_json` wrote (a report.json of this version)."""
+        nested = {"parts": PartScore, "tests": TestResult, "functions": FunctionScore}
+        return cls(**{**data, **{key: [kind(**item) for item in data.get(key, [])]
+                                 for key, kind in nested.items()}})
 
 
 @dataclass

@@ -180,3 +180,16 @@ def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
     assert md.count("left blank") == 1 and md.count("Not answered (10 questions") == 1
     assert "q01, q03, q05" in html and html.count('class="test"') == 3
     assert "Everything" not in md.split("## Coding")[0]
+
+
+def test_a_report_round_trips_through_report_json(tmp_path) -> None:
+    """What a batch worker sends back and report.json holds reads back as the same Report."""
+    late = LateStatus(90.0, 1, 0.1, "1 day late: 10% off")
+    report = apply_late(report_of({"wrap_ddp": "stub"}, graded_file={"file": "a", "why": "b"}),
+                        late)
+    report = write_outputs(report, tmp_path, students=False)  # the staff's copy: all of it
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written == report.to_json()
+    again = type(report).from_json(written)
+    assert again == report
+    assert again.tests[0] == report.tests[0] and isinstance(again.tests[0], Result)
