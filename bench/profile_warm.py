@@ -334,7 +334,7 @@ def main() -> int:
     profiles = work / "profiles" if args.cprofile_runner else None
     if profiles:
         profiles.mkdir()
-    runners = TimedRunners(records, profiles)  # as a batch worker's warm_up starts its server
+    runners = TimedRunners(records, profiles)  # as a batch worker's Worker starts its server
     runners.wait_ready(records)  # its imports: a batch worker starts it before grading
     print(f"load average before: {Path('/proc/loadavg').read_text().strip()}")
     measured = {}

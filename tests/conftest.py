@@ -48,9 +48,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files marked `slow` first (parallel runs hand out units in this order): the last unit
-    to start should be a short one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    """Files with a test marked `slow` first (parallel runs hand out units in this order: the
+    last unit to start should be a short one), each file's tests still together."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)  # stable
 
 
 # Where the suite's CPU goes: each test's CPU seconds (its process and every child it reaped,

@@ -38,15 +38,15 @@ class Worker:
             supervisor,
         )
 
-        self.runners = RunnerServer()
+        self.runners = _runner_server()
 
     def grade(self, task: GradeTask) -> GradeOutcome:
         """Grade `task.submission` into `task.out`; never raises (an error is in the outcome)."""
         started = time.monotonic()
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        if not self.runners.alive:  # killed, or out of memory: a new one for what follows
-            self.runners.close()
-            self.runners = RunnerServer()
+        if self.runners is not None and not self.runners.alive:
+            self.runners.close()  # killed, or out of memory: a new one for what follows
+            self.runners = _runner_server()
         try:
             assignment = _assignment(task.assignment, task.config_path)
             report = grade_loaded(Path(task.submission), assignment, Path(task.out),
@@ -60,4 +60,12 @@ class Worker:
 
     def close(self) -> None:
         """Stop the runner server (before a planned exit)."""
-        self.runners.close()
+        if self.runners is not None:
+            self.runners.close()
+
+
+def _runner_server() -> RunnerServer | None:
+    try:
+        return RunnerServer()
+    except OSError:  # (no process or descriptor to spare, say): runners start cold, as in grade
+        return None

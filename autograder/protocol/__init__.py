@@ -1,3 +1,3 @@
 """What the trusted parent and a runner process say to each other: the job, the runner's
-events and statuses, and the channel a warm runner server forks runners through. Plain data
-and standard-library code: both sides import it, neither imports the other."""
+events and statuses, and the channel a warm runner server forks runners through. Both sides
+import it; neither imports the other."""

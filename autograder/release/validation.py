@@ -171,7 +171,9 @@ def torch_lookup(texts: list[str]) -> TorchLookup:
     names = [torch_names(text) for text in texts]
     asked = {kind: sorted(set().union(*(getattr(n, kind) for n in names)))
              for kind in ("dotted", "errors", "private", "paths")}
-    done = subprocess.run([sys.executable, "-m", "autograder.runner.torch_lookup"],
+    if not any(asked.values()):
+        return TorchLookup("", frozenset())
+    done = subprocess.run([sys.executable, "-I", "-m", "autograder.runner.torch_lookup"],
                           input=json.dumps(asked), capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError("looking torch names up failed: " + done.stderr[-2000:])

@@ -85,9 +85,10 @@ def _written(source: Path, names: set[str]) -> set[str]:
 
 def main() -> None:
     asked = json.load(sys.stdin)
-    json.dump({"version": torch.__version__,
-               "missing": missing(*(list(asked[k]) for k in ("dotted", "errors", "private",
-                                                              "paths")))}, sys.stdout)
+    answer = sys.stdout
+    sys.stdout = sys.stderr  # what an imported module prints must not mix with the answer
+    found = missing(*(list(asked[k]) for k in ("dotted", "errors", "private", "paths")))
+    json.dump({"version": torch.__version__, "missing": found}, answer)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ def _become_runner(message: bytes, fds: list[int], zygotes_fd: int) -> None:
         os.dup2(log_fd, 2)
         os.close(log_fd)
         os.chdir(job.output_dir)
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as runner.main
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as suite.main
         os.umask(0o077)
         zygotes = WarmZygotes(socket.socket(fileno=zygotes_fd))
         code = run(job, results_fd, zygotes=zygotes)

@@ -971,6 +971,8 @@ class Sandbox:
         `store_host` only; what each store saw comes back with the results
         (`RankResults.stores`)."""
         self.caught = []
+        if self.starts.stores is None:  # the grader's own mistake: no scenario can run here
+            raise SandboxUnavailable("this sandbox was started without rendezvous stores")
         if self._import_hang is not None:  # each rank would import, and hang, again
             raise ImportHang(self._import_hang)
         what = f"{function} (scenario {probe}, {world_size} processes)"
@@ -1021,8 +1023,7 @@ class Sandbox:
         # /proc/<pid>/ns of another uid's process is not even readable without CAP_SYS_PTRACE)
         # the ranks share this one.
         server = self.starts.stores
-        if server is None:  # the grader's own mistake: no scenario can run here
-            raise SandboxUnavailable("this sandbox was started without rendezvous stores")
+        assert server is not None  # (run_ranks refused first)
         netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
         last = self._store_host
         if last is not None and (not last.usable or last.netns_pid != netns):

@@ -193,3 +193,9 @@ def test_a_report_round_trips_through_report_json(tmp_path) -> None:
     again = type(report).from_json(written)
     assert again == report
     assert again.tests[0] == report.tests[0] and isinstance(again.tests[0], Result)
+    # What students see, with results withheld until the due date: it round-trips too.
+    due = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    report.release = Release(due - timedelta(days=1), due).record(report.tests)
+    shown = student_view(report)
+    assert shown.release and shown.late
+    assert type(report).from_json(json.loads(json.dumps(shown.to_json()))) == shown

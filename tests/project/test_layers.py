@@ -48,9 +48,15 @@ def test_the_engine_keeps_its_layers():
     ("student_files/check.py", "from autograder.project import paths", "Files shipped"),
     # the parent of a grading pulling pytest in through the plugin
     ("grading/grade.py", "from autograder.runner import pytest_plugin",
-     "The trusted parent (grading, batch) imports neither torch nor pytest"),
+     "The trusted parent"),
+    # Gradescope's entry point pulling torch in through the runner's stores
+    ("gradescope/bundle.py", "from autograder.runner import stores", "The trusted parent"),
     # the parent importing the runner process's code (it starts it by name)
     ("grading/supervisor.py", "from autograder.runner import suite", "Layers"),
+    ("release/validation.py", "from autograder.runner import torch_lookup",
+     "The runner is started, never imported"),
+    # the runner and the parent are independent: neither imports the other
+    ("runner/suite.py", "from autograder.grading import grade", "Layers"),
     # torch imported by trusted code outside the runner package
     ("sandbox/rendezvous.py", "import torch.distributed",
      "Of the trusted side, only the runner imports torch or pytest"),
@@ -65,3 +71,15 @@ def test_a_wrong_direction_import_fails_naming_it(tmp_path, module, line, contra
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken
     assert "autograder." + module.removesuffix(".py").replace("/", ".") in broken
+
+
+def test_the_parents_of_a_grading_load_neither_torch_nor_pytest():
+    """What the contracts cannot see (an import by name at run time) shows in sys.modules."""
+    parents = ("autograder.cli", "autograder.grading.grade", "autograder.batch.worker",
+               "autograder.batch.driver", "autograder.gradescope.bundle")
+    code = f"import sys\nfor m in {parents!r}: __import__(m)\n" \
+           "print(sorted({'torch', 'pytest'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -71,9 +71,9 @@ def scale(x):
 """
 
 # Without isolation the sandbox runs as the grader's user (root here): it can write the grader's
-# temporary folder, which is the runner's working directory. `python -m autograder.runner.suite`
-# puts
-# that folder first on sys.path, so a planted `autograder/runner/suite.py` IS the next runner.
+# temporary folder, which is the runner's working directory. Were that folder on the runner's
+# sys.path (`python -m` without -I puts it first), a planted `autograder/runner/suite.py` would
+# be the next runner.
 SHADOW_RUNNER = r'''
 import json, os, re, sys
 
@@ -95,9 +95,10 @@ RUNNER = {SHADOW_RUNNER!r}
 
 def add(a, b):
     workdir = os.path.dirname(os.getcwd())
-    os.makedirs(os.path.join(workdir, "autograder"), exist_ok=True)
-    open(os.path.join(workdir, "autograder", "__init__.py"), "w").close()
-    with open(os.path.join(workdir, "autograder", "runner.py"), "w") as f:
+    os.makedirs(os.path.join(workdir, "autograder", "runner"), exist_ok=True)
+    for package in ("autograder", os.path.join("autograder", "runner")):
+        open(os.path.join(workdir, package, "__init__.py"), "w").close()
+    with open(os.path.join(workdir, "autograder", "runner", "suite.py"), "w") as f:
         f.write(RUNNER)
     # Our parent is the zygote, its parent the trusted runner: kill it so a new one starts.
     zygote = os.getppid()
