@@ -17,7 +17,7 @@ from pathlib import Path
 from autograder.batch.records import GradeOutcome, GradeTask
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import Assignment, load_assignment
-from autograder.protocol.fork_channel import RunnerServer
+from autograder.protocol.fork_channel import start_runner_server
 
 
 @lru_cache(maxsize=4)
@@ -38,7 +38,7 @@ class Worker:
             supervisor,
         )
 
-        self.runners = _runner_server()
+        self.runners = start_runner_server()
 
     def grade(self, task: GradeTask) -> GradeOutcome:
         """Grade `task.submission` into `task.out`; never raises (an error is in the outcome)."""
@@ -46,7 +46,7 @@ class Worker:
         worker = f"{socket.gethostname()}:{os.getpid()}"
         if self.runners is not None and not self.runners.alive:
             self.runners.close()  # killed, or out of memory: a new one for what follows
-            self.runners = _runner_server()
+            self.runners = start_runner_server()
         try:
             assignment = _assignment(task.assignment, task.config_path)
             report = grade_loaded(Path(task.submission), assignment, Path(task.out),
@@ -62,10 +62,3 @@ class Worker:
         """Stop the runner server (before a planned exit)."""
         if self.runners is not None:
             self.runners.close()
-
-
-def _runner_server() -> RunnerServer | None:
-    try:
-        return RunnerServer()
-    except OSError:  # (no process or descriptor to spare, say): runners start cold, as in grade
-        return None

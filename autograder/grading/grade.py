@@ -35,7 +35,7 @@ from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import MAX_MESSAGE, clip, label
 from autograder.project.paths import GRADING_CONFIG
-from autograder.protocol.fork_channel import RunnerServer
+from autograder.protocol.fork_channel import RunnerServer, start_runner_server
 from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
 from autograder.sandbox_runtime import cells
 from autograder.student_files import check as student_check
@@ -51,10 +51,7 @@ def grade(submission: Path, assignment: str, out: Path,
     # A warm runner server of this grading's own, started first: its imports (torch, pytest,
     # the sandbox runtime) overlap the loading below, and the runner and the zygotes it forks
     # share them, where a cold runner and a cold zygote would each import torch again.
-    try:
-        runners: RunnerServer | None = RunnerServer()
-    except OSError:  # (no process to spare, say): runners start cold, as they always could
-        runners = None
+    runners = start_runner_server()
     try:
         spec = load_assignment(assignment, config_path)
         return grade_loaded(submission, spec, out, started, dates=dates, runners=runners,

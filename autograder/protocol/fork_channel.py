@@ -169,3 +169,12 @@ class RunnerServer:
         self.process.kill()
         self.process.wait()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def start_runner_server() -> RunnerServer | None:
+    """A warm runner server, or None when none can start (no process or descriptor to spare,
+    say): runners then start cold, as they always can."""
+    try:
+        return RunnerServer()
+    except OSError:
+        return None
