@@ -51,7 +51,7 @@ class Span:
     end: float
     test: str = ""  # the hidden test's nodeid ("" outside tests)
     gpus: int = 0  # what the worker simulates (-1: CUDA hidden)
-    mode: str = ""  # a fork's: "serve" (a test's worker) or "once" (a rank)
+    mode: str = ""  # a fork's: "serve" (a test's worker) or "rank" (a rank)
     first: bool = False  # a fork that was its zygote's first (it waited for the zygote's start)
     cpu: float = 0.0
 

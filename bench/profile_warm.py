@@ -215,7 +215,7 @@ def phases(g: Grading, kind_of: dict[str, str]) -> dict[str, float]:
         p[f"  {kind}: of which sandbox starts"] = sum(
             s.seconds for s in g.spans
             if s.test in tests and (s.kind == "serve_start"
-                                    or (s.kind == "fork" and s.mode == "once")
+                                    or (s.kind == "fork" and s.mode == "rank")
                                     or (s.kind == "zygote" and not _within(s, serve_starts))))
     p["runner: end (last result to done)"] = done - last_result
     p["parent: after runner (stop sandboxes, reap)"] = t.ended("run_hidden_tests") - done
@@ -227,7 +227,7 @@ def phases(g: Grading, kind_of: dict[str, str]) -> dict[str, float]:
 
     first_forks = spans("fork", lambda s: s.first)
     serve_forks = spans("fork", lambda s: s.mode == "serve" and not s.first)
-    rank_forks = spans("fork", lambda s: s.mode == "once" and not s.first)
+    rank_forks = spans("fork", lambda s: s.mode == "rank" and not s.first)
     kills, strays = spans("kill"), spans("strays")  # (disjoint: a stray is killed by pid)
     rows = (
         ("zygote starts (and first fork)", zygotes,

@@ -12,10 +12,11 @@ from inputs drawn for this grading.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -292,13 +293,15 @@ def _location(value: Any) -> Any:
     return {"other": type(value).__name__}
 
 
-def _count_calls(mod: Any, name: str, cpu_storage: bool = False) -> list:
+@contextlib.contextmanager
+def _counting_calls(mod: Any, name: str, cpu_storage: bool = False) -> Iterator[list]:
     """Replace torch.<name> (save or load) by a wrapper that notes each call, wherever the
     student's code may reach it: torch, torch.serialization, and the student's module itself
-    (`from torch import save`). For torch.load the note is where its map_location, given by
-    name or by position, says to put the tensors (see _location). With `cpu_storage`
-    (simulated GPUs, which have no CUDA storage to deserialise into), the call itself reads
-    onto the CPU; the model's own tensors carry the devices."""
+    (`from torch import save`), until the block ends (a rank may serve the next scenario).
+    For torch.load the note is where its map_location, given by name or by position, says to
+    put the tensors (see _location). With `cpu_storage` (simulated GPUs, which have no CUDA
+    storage to deserialise into), the call itself reads onto the CPU; the model's own tensors
+    carry the devices."""
     original = getattr(torch, name)
     signature = inspect.signature(original)
     calls: list = []
@@ -317,11 +320,15 @@ def _count_calls(mod: Any, name: str, cpu_storage: bool = False) -> list:
         calls.append(call)
         return original(*bound.args, **bound.kwargs)
 
-    for home in (torch, torch.serialization, mod):
-        for attr, value in list(vars(home).items()):
-            if value is original:
-                setattr(home, attr, wrapper)
-    return calls
+    patched = [(home, attr) for home in (torch, torch.serialization, mod)
+               for attr, value in list(vars(home).items()) if value is original]
+    for home, attr in patched:
+        setattr(home, attr, wrapper)
+    try:
+        yield calls
+    finally:
+        for home, attr in patched:
+            setattr(home, attr, original)
 
 
 def save_ranks(mod: Any, rank: int, world_size: int, port: int, folder_name: str, model: Any,
@@ -339,8 +346,8 @@ def save_ranks(mod: Any, rank: int, world_size: int, port: int, folder_name: str
     folder = os.path.join(os.environ.get("TMPDIR", "/tmp"), folder_name)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "checkpoint.pt")
-    saves = _count_calls(mod, "save")
-    report = _attempt(mod.save_checkpoint, path, ddp, optimizer, epoch)
+    with _counting_calls(mod, "save") as saves:
+        report = _attempt(mod.save_checkpoint, path, ddp, optimizer, epoch)
     report["saves"] = len(saves)
     report["exists_after"] = os.path.exists(path)
     if report["exists_after"]:
@@ -365,8 +372,8 @@ def load_ranks(mod: Any, rank: int, world_size: int, port: int, folder_name: str
     model = model.to(device)
     ddp = DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
-    loads = _count_calls(mod, "load", cpu_storage=_simulated())
-    report = _attempt(mod.load_checkpoint, path, ddp, optimizer, device)
+    with _counting_calls(mod, "load", cpu_storage=_simulated()) as loads:
+        report = _attempt(mod.load_checkpoint, path, ddp, optimizer, device)
     report["loads"] = loads
     report["state"] = _state(ddp)
     report["momentum"] = [optimizer.state[p].get("momentum_buffer") for p in

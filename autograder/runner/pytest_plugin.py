@@ -242,7 +242,8 @@ class Student:
     def run_ranks(self, fn: Callable, world_size: int, *args: Any,
                   per_rank: list | None = None, stores: int = 1,
                   store_host: str = "127.0.0.1") -> RankResults:
-        """Run `fn(module, rank, world_size, port, *args)` in `world_size` fresh sandboxes;
+        """Run `fn(module, rank, world_size, port, *args)` in `world_size` rank processes
+        (fresh, or kept from an earlier scenario and reset: Sandbox.run_ranks);
         with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument.
 
         `port` is a rendezvous store the grader hosts (`stores=2`: a second one, its port
@@ -432,7 +433,8 @@ class GradingPlugin:
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
                                    Path(job.output_dir) / f"sandbox-{os.getpid()}.log",
-                                   starts=starts, imports=self.imports)
+                                   starts=starts, imports=self.imports,
+                                   keep_ranks=_cuda_device_count() == 0)
 
     # -- functions that hung or kept crashing ------------------------------------
     def refuse_if_blocked(self, function: str, spec: TestSpec) -> None:

@@ -547,6 +547,27 @@ class Zygote:
         self._socket.close()
 
 
+def _copy_rank_output(processes: list[_Process], folder: Path, limit: int) -> None:
+    """What each rank wrote since the last scenario, into `folder`/rank{r}.log (capped)."""
+    for rank, process in enumerate(processes):
+        try:
+            with open(process.output_path, "rb") as f:
+                f.seek(process.output_offset)
+                data = f.read(limit + 1)
+                process.output_offset = f.seek(0, os.SEEK_END)
+        except OSError:
+            continue
+        if data:
+            (folder / f"rank{rank}.log").write_bytes(data)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -584,7 +605,9 @@ class _Process:
 
     def __init__(self, zygote: Zygote, module_name: str, mode: str, output_path: Path,
                  gpus: int = 0) -> None:
-        self.zygote, self.gpus = zygote, gpus
+        self.zygote, self.gpus, self.output_path = zygote, gpus, output_path
+        self.output_offset = 0  # what of its output was taken (a rank's, by each scenario)
+        self.rank = -1  # the one rank number it serves (a rank worker)
         self.pid, self.request_w, self.reply_r = zygote.spawn(mode, module_name, output_path,
                                                               gpus=gpus)
         self._status: int | None = None
@@ -703,6 +726,83 @@ def _outcome(reply: dict, what: str, function: str) -> Any:
     raise _Malformed(f"the sandbox sent an unexpected reply during {what}")
 
 
+class _KeptRanks:
+    """Rank workers kept between scenarios, by the GPUs they simulate (fixed at their start).
+
+    Given back once every rank of a scenario replied, each is asked to reset (its process
+    groups destroyed, its environment restored: sandbox_runtime/worker.py `_reset`) without
+    waiting: destroying a gloo group takes ~20 ms of wall time but little CPU. The answer is
+    read when the rank is taken again; a rank that did not reset in time is ended. A process
+    serves one rank number only: what it kept of one scenario's inputs (`per_rank`) is never
+    another rank's.
+    """
+
+    LIMIT = 8  # ranks kept at most: each holds 10 to 16 MB of its own (measured) meanwhile
+    RESET_SECONDS = 5.0
+
+    def __init__(self) -> None:
+        self._idle: dict[int, list[_Process]] = {}
+        self._resetting: set[int] = set()  # pids whose reset answer is still unread
+
+    def processes(self) -> list[_Process]:
+        return [process for idle in self._idle.values() for process in idle]
+
+    def take(self, gpus: int, count: int) -> tuple[list[_Process | None], list[_Process]]:
+        """For ranks 0 to `count - 1` simulating `gpus`, the kept process of that rank number
+        that did reset (None: none); and the processes to end (no reset)."""
+        slots: list[_Process | None] = [None] * count
+        left, ended = [], []
+        deadline = time.monotonic() + self.RESET_SECONDS
+        for process in self._idle.pop(gpus, []):
+            if process.rank >= count or slots[process.rank] is not None:
+                left.append(process)
+            elif self._was_reset(process, deadline):
+                slots[process.rank] = process
+            else:
+                ended.append(process)
+        if left:
+            self._idle[gpus] = left
+        return slots, ended
+
+    def _was_reset(self, process: _Process, deadline: float) -> bool:
+        if process.pid not in self._resetting:
+            return True
+        self._resetting.discard(process.pid)
+        try:
+            reply = process.read(max(0.0, deadline - time.monotonic()))
+        except (wire.WireClosed, wire.WireTimeout, wire.WireTooLarge, codec.CodecError,
+                OSError):
+            return False
+        return reply.get("reset") is True
+
+    def give(self, gpus: int, processes: list[_Process]) -> list[_Process]:
+        """Keep `processes` (each asked to reset); returns those to end: over LIMIT, the
+        ranks simulating other GPUs go first, the longest kept first."""
+        for process in processes:
+            process.send({"op": "reset"})
+            self._resetting.add(process.pid)
+        self._idle[gpus] = processes + self._idle.pop(gpus, [])  # (the newest last to go)
+        over = len(self.processes()) - self.LIMIT
+        ended: list[_Process] = []
+        for key in [key for key in self._idle if key != gpus] + [gpus]:
+            idle = self._idle[key]
+            while over > 0 and idle:
+                ended.append(idle.pop())
+                over -= 1
+            if not idle:
+                del self._idle[key]
+        for process in ended:
+            self._resetting.discard(process.pid)
+        return ended
+
+    def clear(self) -> list[_Process]:
+        """Every kept rank, forgotten (to be ended)."""
+        kept = self.processes()
+        self._idle.clear()
+        self._resetting.clear()
+        return kept
+
+
 class Sandbox:
     """The long-lived sandbox of one submission for plain calls and probes.
 
@@ -711,8 +811,14 @@ class Sandbox:
 
     def __init__(self, sandbox_dir: Path, module_name: str, limits: SandboxLimits,
                  output_path: Path, isolation: Isolation | None = None,
-                 starts: Starts = Starts(), imports: ImportBudget | None = None) -> None:
+                 starts: Starts = Starts(), imports: ImportBudget | None = None,
+                 keep_ranks: bool = True) -> None:
         self.sandbox_dir, self.module_name, self.limits = sandbox_dir, module_name, limits
+        # Whether rank workers may serve more than one scenario (see run_ranks): not where
+        # ranks use real GPUs, whose state a reset does not undo.
+        self.keep_ranks = keep_ranks
+        self._kept = _KeptRanks()
+        self._rank_logs = 0
         self.starts = starts
         # Each serving worker's start and import is charged to it, the first zygote's start
         # excepted (None: no limit; see _ensure_started).
@@ -896,8 +1002,9 @@ class Sandbox:
     def restart(self) -> None:
         """Kill the sandbox's workers (each with its whole process group); the next call starts
         a fresh one."""
-        if self._workers:
-            workers, self._workers = list(self._workers.values()), {}
+        kept = self._kept.clear()
+        if self._workers or kept:
+            workers, self._workers = list(self._workers.values()) + kept, {}
             for process in workers:
                 process.signal()
             for process in workers:
@@ -926,6 +1033,7 @@ class Sandbox:
         if zygote.host_pid() < 0:
             return
         keep = {process.pid for process in self._workers.values()}
+        keep.update(process.pid for process in self._kept.processes())
         uid = self.ids[0] if self.isolation.drop_uid else None
         stopped = 0
         for _ in range(self.STRAY_ROUNDS):
@@ -963,25 +1071,48 @@ class Sandbox:
                   per_rank: Sequence | None = None, stores: int = 1,
                   store_host: str = "127.0.0.1") -> RankResults:
         """Run `probe(module, rank, world_size, port, *more_ports, *args)` in `world_size`
-        fresh workers (each simulating `gpus` GPUs when not 0). With `per_rank`, rank r alone
-        also gets `per_rank[r]` as its last argument, so no rank can know another's inputs.
+        rank workers (each simulating `gpus` GPUs when not 0), each rank's output in
+        `output_dir`/rank{r}.log. With `per_rank`, rank r alone also gets `per_rank[r]` as its
+        last argument, so no rank can know another's inputs.
 
         `port` (and the `stores - 1` more ports) is a rendezvous store hosted here, which
         the ranks' `init_process_group` joins as clients (see rendezvous.py), listening at
         `store_host` only; what each store saw comes back with the results
-        (`RankResults.stores`)."""
+        (`RankResults.stores`).
+
+        With `keep_ranks`, the ranks of a scenario that all replied are reset and kept for
+        later scenarios on the same (simulated) GPUs (`_KeptRanks`): forking and ending a
+        process that has torch loaded is most of a short scenario's CPU time. Any other end
+        kills them, and the next scenario forks fresh ones."""
         self.caught = []
         if self.starts.stores is None:  # the grader's own mistake: no scenario can run here
             raise SandboxUnavailable("this sandbox was started without rendezvous stores")
         if self._import_hang is not None:  # each rank would import, and hang, again
             raise ImportHang(self._import_hang)
-        what = f"{function} (scenario {probe}, {world_size} processes)"
-        processes: list[_Process] = []
-        ports: list[int] = []
-        viewed = False
+        scenario = (probe, world_size, args, timeout, output_dir, function, gpus, per_rank,
+                    stores, store_host)
         try:
-            for rank in range(world_size):
-                processes.append(self._fork("once", output_dir / f"rank{rank}.log", gpus))
+            return self._scenario(*scenario, reuse=True)
+        except _EndedEarlier:  # a kept rank had ended since its last scenario: not this one's
+            return self._scenario(*scenario, reuse=False)
+
+    def _scenario(self, probe: str, world_size: int, args: Sequence, timeout: float,
+                  output_dir: Path, function: str, gpus: int, per_rank: Sequence | None,
+                  stores: int, store_host: str, reuse: bool) -> RankResults:
+        what = f"{function} (scenario {probe}, {world_size} processes)"
+        slots: list[_Process | None] = [None] * world_size
+        if reuse and self.keep_ranks:
+            slots, ended = self._kept.take(gpus, world_size)
+            self._end_ranks(ended)
+        processes = [process for process in slots if process is not None]
+        reused = {process.pid for process in processes}
+        ports: list[int] = []
+        viewed = replied = False
+        try:
+            for rank, kept in enumerate(slots):
+                if kept is None:
+                    processes.insert(rank, self._fork("rank", self._rank_log(), gpus))
+                    processes[rank].rank = rank
             ports = self._stores(stores, store_host)
             for rank, process in enumerate(processes):
                 own = () if per_rank is None else (per_rank[rank],)
@@ -995,25 +1126,42 @@ class Sandbox:
                 except wire.WireTimeout:
                     raise SandboxTimeout(timeout, what) from None
                 except wire.WireClosed:
+                    if process.pid in reused and process.ended_before_last_send():
+                        raise _EndedEarlier() from None
                     ended = process.how_it_ended()
                     raise _crash(process)(f"your code {ended} in rank {rank} during {what}") \
                         from None
                 except (wire.WireTooLarge, codec.CodecError) as exc:
                     raise UnreadableReply(f"rank {rank} sent back an unreadable reply: {exc}") \
                         from None
+            replied = True
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
             views, viewed = self._store_host.views(), True
             return RankResults([_outcome(reply, what, function) for reply in replies], views)
         finally:
-            for process in processes:  # every rank signalled first: they die side by side
-                process.signal()
-            for process in processes:
-                process.kill()
             if ports and not viewed:
                 self._store_host.views()  # (stops this scenario's stores)
-            if processes:
-                self._stop_strays()
+            _copy_rank_output(processes, output_dir, self.limits.output_bytes)
+            if replied and self.keep_ranks:  # every rank is done with its peers: reusable
+                self._end_ranks(self._kept.give(gpus, processes))
+            else:
+                self._end_ranks(processes)
+
+    def _end_ranks(self, processes: list[_Process]) -> None:
+        if not processes:
+            return
+        for process in processes:  # every rank signalled first: they die side by side
+            process.signal()
+        for process in processes:
+            process.kill()
+            _unlink(process.output_path)
+        self._stop_strays()
+
+    def _rank_log(self) -> Path:
+        """A fresh file for one rank worker's output (copied to each scenario's folder)."""
+        self._rank_logs += 1
+        return self.output_path.with_name(f"{self.output_path.stem}-rank{self._rank_logs}.log")
 
     def _stores(self, count: int, host: str) -> list[int]:
         """The ports of `count` fresh rendezvous stores the zygote's network namespace

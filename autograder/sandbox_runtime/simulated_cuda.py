@@ -482,6 +482,13 @@ def activate(count: int) -> None:
     _mode.__enter__()
 
 
+def reset() -> None:
+    """Between two scenarios of one rank (sandbox_runtime/worker.py `_reset`): device 0
+    current, no backend, an empty journal, as `activate` left them."""
+    if _state["active"]:
+        _state.update(current=0, backend=None, journal=[])
+
+
 @contextmanager
 def suspended() -> Iterator[None]:
     """Real devices for a while (for library internals that must see the CPU)."""

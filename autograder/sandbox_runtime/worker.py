@@ -127,17 +127,54 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
             except wire.WireClosed:
                 os._exit(0)
             _reply(reply_fd, {**handle(request, module, import_error), "id": request["id"]})
-    else:  # "once": one probe per process (a rank of a multi-process scenario)
-        request = pickle.loads(wire.recv(request_fd))
-        _reply(reply_fd, {**handle(request, module, import_error), "id": request["id"]})
-        # Stay until the runner has every rank's reply (it then closes the pipe or kills us):
-        # a rank that left early would take the TCP store, or its gloo peer, from ranks still
-        # tearing down. Then skip interpreter teardown, which on CPU crashes now and then.
-        try:
-            wire.recv(request_fd)
-        except (wire.WireClosed, OSError):
-            pass
-        os._exit(0)
+    else:  # "rank": a rank of multi-process scenarios, one scenario at a time
+        # Between two scenarios the runner either kills the ranks or, keeping them for the
+        # next scenario of the same shape, asks each to reset once all of them have replied.
+        # A rank never leaves on its own: one that left early would take the TCP store, or its
+        # gloo peer, from ranks still tearing down. It skips interpreter teardown, which on
+        # CPU crashes now and then.
+        baseline = _baseline()
+        while True:
+            try:
+                request = pickle.loads(wire.recv(request_fd))
+            except (wire.WireClosed, OSError):
+                os._exit(0)
+            if request.get("op") == "reset":
+                reply = {"reset": _reset(baseline)}
+            else:
+                reply = handle(request, module, import_error)
+            _reply(reply_fd, {**reply, "id": request["id"]})
+
+
+def _baseline() -> dict:
+    """What a scenario may change for the next one in the same rank, as the import left it."""
+    import torch
+
+    return {"env": dict(os.environ), "grad": torch.is_grad_enabled(),
+            "dtype": torch.get_default_dtype()}
+
+
+def _reset(baseline: dict) -> bool:
+    """Back to `baseline` between two scenarios of one rank: no process group, the environment,
+    grad mode and default dtype as after the import, the simulated GPUs' current device and
+    journal as at the start. False if any of it failed (the runner then kills this rank)."""
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()  # every group: the default one and any new_group
+        os.environ.clear()
+        os.environ.update(baseline["env"])
+        torch.set_grad_enabled(baseline["grad"])
+        torch.set_default_dtype(baseline["dtype"])
+        if f"{__package__}.simulated_cuda" in sys.modules:  # (loaded: this rank simulates)
+            from . import simulated_cuda
+
+            simulated_cuda.reset()
+        return True
+    except BaseException:  # noqa: BLE001 - whatever broke, this rank is not reused
+        return False
 
 
 def _refuse_network() -> None:

@@ -266,6 +266,29 @@ def rank_crash(mod, rank, world_size, port):
     if rank == 1:
         os._exit(7)
     return rank
+
+def rank_leave_state(mod, rank, world_size, port):
+    # What a scenario may leave behind: a process group, a variable, grad mode off, a dtype.
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size)
+    os.environ["LEFT_BY_LAST"] = "1"
+    torch.set_grad_enabled(False)
+    torch.set_default_dtype(torch.float64)
+    print(f"rank {rank} left state")
+    return os.getpid()
+
+def rank_state(mod, rank, world_size, port):
+    import os, torch, torch.distributed as dist
+    return {"pid": os.getpid(), "group": dist.is_initialized(),
+            "left": os.environ.get("LEFT_BY_LAST"), "grad": torch.is_grad_enabled(),
+            "dtype": str(torch.get_default_dtype())}
+
+def rank_exit_soon(mod, rank, world_size, port):
+    # Replies, then ends while kept: the next scenario must not be blamed for it.
+    import os, threading, time
+    threading.Thread(target=lambda: (time.sleep(0.3), os._exit(3)), daemon=True).start()
+    return os.getpid()
 """
 
 
@@ -339,6 +362,86 @@ def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
     sandbox = make_sandbox(STUDENT, PROBES)
     with pytest.raises(SandboxFailure, match="exited with status 7 in rank 1"):
         sandbox.run_ranks("rank_crash", 2, (), 60, tmp_path, "add")
+
+
+def test_ranks_are_kept_between_scenarios_and_reset(make_sandbox, tmp_path):
+    """Ranks that all replied serve the next scenario on the same GPUs (a fork and an end of a
+    torch process were most of a short scenario's CPU time), reset in between: no process
+    group, the environment, grad mode and default dtype as after the import. A scenario's
+    output is its own."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    first = tmp_path / "first"
+    first.mkdir()
+    pids = sandbox.run_ranks("rank_leave_state", 2, (), 60, first, "add")
+    assert "rank 1 left state" in (first / "rank1.log").read_text()
+    second = tmp_path / "second"
+    second.mkdir()
+    state = sandbox.run_ranks("rank_state", 2, (), 60, second, "add")
+    assert [s["pid"] for s in state] == list(pids)
+    assert all(s == {"pid": s["pid"], "group": False, "left": None, "grad": True,
+                     "dtype": "torch.float32"} for s in state), state
+    assert "left state" not in "".join(p.read_text() for p in second.glob("rank*.log"))
+    # More ranks than are kept: the kept ones and a fresh one.
+    three = sandbox.run_ranks("rank_state", 3, (), 60, tmp_path, "add")
+    assert [s["pid"] for s in three][:2] == list(pids) and three[2]["pid"] not in pids
+    # Another kind of ranks (simulated GPUs) gets its own; both kinds stay kept.
+    simulated = sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add", gpus=2)
+    again = sandbox.run_ranks("rank_state", 3, (), 60, tmp_path, "add")
+    assert [s["pid"] for s in again] == [s["pid"] for s in three]
+    assert [s["dtype"] for s in simulated] == ["torch.float32"] * 2
+    kept = host_pids(sandbox)
+    assert len(kept) == 5
+    sandbox.close()
+    assert not any(alive(pid) for pid in kept)
+
+
+def host_pids(sandbox) -> list[int]:
+    """The kept ranks' pids as this process sees them (a rank reports its namespace's)."""
+    return [process.pid for process in sandbox._kept.processes()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ranks_of_a_failed_scenario_are_not_kept(make_sandbox, tmp_path):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    with pytest.raises(SandboxFailure):
+        sandbox.run_ranks("rank_crash", 2, (), 60, tmp_path, "add")
+    assert sandbox._kept.processes() == []
+
+
+def test_a_kept_rank_that_ended_meanwhile_is_replaced_without_blame(make_sandbox, tmp_path):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    pids = sandbox.run_ranks("rank_exit_soon", 2, (), 60, tmp_path, "add")
+    time.sleep(1)  # both ended while kept
+    state = sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add")
+    assert not {s["pid"] for s in state} & set(pids)
+
+
+def test_without_keep_ranks_every_scenario_has_fresh_ranks(make_sandbox, tmp_path):
+    """As on a grader with real GPUs, whose state a reset does not undo."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    sandbox.keep_ranks = False
+    sandbox.run_ranks("rank_leave_state", 2, (), 60, tmp_path, "add")
+    assert host_pids(sandbox) == []
+    state = sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add")
+    assert [s["left"] for s in state] == [None, None]
+
+
+def test_kept_ranks_are_bounded_the_other_kinds_going_first(make_sandbox, tmp_path):
+    sandbox = make_sandbox(STUDENT, PROBES)
+    limit = sandbox._kept.LIMIT
+    sandbox.run_ranks("rank_state", limit - 1, (), 60, tmp_path, "add")
+    plain = host_pids(sandbox)
+    sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add", gpus=2)
+    kept = host_pids(sandbox)
+    assert len(kept) == limit and set(plain) - set(kept) == {plain[-1]}  # one of them went
+    assert not alive(plain[-1])
 
 
 def test_a_call_on_simulated_gpus_leaves_the_plain_worker_running(make_sandbox):
