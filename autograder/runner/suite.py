@@ -58,7 +58,7 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # little math here; each thread would take address space too
-    _no_cuda_seeding(torch)
+    _no_lazy_seeding(torch)
     limit_memory()
     emit = write_line(results_fd)
     try:
@@ -86,13 +86,15 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     return 0
 
 
-def _no_cuda_seeding(torch: Any) -> None:
-    """Where CUDA is not available, torch.manual_seed still queues a seeding of every GPU for
-    when CUDA starts, and captures the Python stack with each (torch.cuda._lazy_call): about
-    2 ms a call at a test's depth, the plugin seeds every test and tests seed too, 0.2 s a
-    grading. CUDA never starts in such a runner: nothing is lost."""
-    if not torch.cuda.is_available():
-        torch.cuda.manual_seed_all = lambda seed: None
+def _no_lazy_seeding(torch: Any) -> None:
+    """torch.manual_seed also seeds every CUDA, XPU and MTIA device; where such devices are
+    not available, it queues the seeding for when they start, and captures the Python stack
+    with each (their `_lazy_call`): about 2 ms a call at a test's depth, with the plugin
+    seeding every test and tests seeding too, 0.3 s a grading. Those devices never start in
+    such a runner: nothing is lost."""
+    for backend in (torch.cuda, torch.xpu, torch.mtia):
+        if not backend.is_available():
+            backend.manual_seed_all = lambda seed: None
 
 
 def environment(isolation: Isolation) -> dict:
