@@ -14,7 +14,6 @@ import ctypes
 import fcntl
 import json
 import os
-import pickle
 import queue
 import resource
 import secrets
@@ -33,6 +32,7 @@ from typing import Any, Protocol
 
 from autograder.project.config import SandboxLimits
 from autograder.project.inert import inert
+from autograder.sandbox import request_pickle
 from autograder.sandbox.cgroups import Cgroup
 from autograder.sandbox.events import EVENTS_SUFFIX, EventRecorder
 from autograder.sandbox.folder import RUNTIME_PACKAGE, boot, sandbox_env
@@ -648,8 +648,7 @@ class _Process:
         self.sent_at = time.monotonic()
         self.gone_before_send = False
         try:
-            wire.send(self.request_w, pickle.dumps({**request, "id": self.expected},
-                                                   protocol=pickle.HIGHEST_PROTOCOL))
+            wire.send(self.request_w, request_pickle.dumps({**request, "id": self.expected}))
         except BrokenPipeError:
             self.gone_before_send = True  # nobody could read it: the process was already gone
 
