@@ -10,7 +10,7 @@ output, well within the submission's time.
 from __future__ import annotations
 
 import pytest
-from conftest import ADD_NUMBERS, ANSWERS, DIVIDE, SCALE, assert_sound, legit_max
+from red_team import ADD_NUMBERS, ANSWERS, DIVIDE, SCALE, assert_sound, legit_max
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ADD_NUMBERS, ANSWERS, HONEST, SCALE, assert_sound, legit_max, observation
+from red_team import ADD_NUMBERS, ANSWERS, HONEST, SCALE, assert_sound, legit_max, observation
 
 pytestmark = pytest.mark.slow
 

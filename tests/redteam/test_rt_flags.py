@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ADD_NUMBERS, ANSWERS, HONEST, assert_sound, legit_max, observation
+from red_team import ADD_NUMBERS, ANSWERS, HONEST, assert_sound, legit_max, observation
 
 from autograder.grading.submission_status import EVENT_REASONS, TA_EVENTS_FILE, derive
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import (  # the red team's (tests/redteam/conftest.py): imported as collected
+from red_team import (
     ANSWERS,
     GOOD,
     HONEST,

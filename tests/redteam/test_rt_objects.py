@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from conftest import (
+from red_team import (
     ADD_NUMBERS,
     ADD_RANKS,
     ADD_TENSORS,

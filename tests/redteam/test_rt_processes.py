@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
+from red_team import (
     ADD_NUMBERS,
     ADD_RANKS,
     ANSWERS,

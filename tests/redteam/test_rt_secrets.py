@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import (
+from red_team import (
     ADD_NUMBERS,
     ANSWERS,
     CODING_TESTS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from conftest import (
+from red_team import (
     ANSWERS,
     CODING_TESTS,
     GOOD,

@@ -13,7 +13,7 @@ import ast
 import pickle
 
 import pytest
-from conftest import (
+from red_team import (
     ADD_NUMBERS,
     ANSWERS,
     HONEST,
