@@ -92,8 +92,9 @@ def _no_lazy_seeding(torch: Any) -> None:
     with each (their `_lazy_call`): about 2 ms a call at a test's depth, with the plugin
     seeding every test and tests seeding too, 0.3 s a grading. Those devices never start in
     such a runner: nothing is lost."""
-    for backend in (torch.cuda, torch.xpu, torch.mtia):
-        if not backend.is_available():
+    for name in ("cuda", "xpu", "mtia"):
+        backend = getattr(torch, name, None)  # (a build may lack one)
+        if backend is not None and not backend.is_available():
             backend.manual_seed_all = lambda seed: None
 
 

@@ -17,6 +17,7 @@ import os
 import queue
 import resource
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -548,17 +549,19 @@ class Zygote:
 
 
 def _copy_rank_output(processes: list[_Process], folder: Path, limit: int) -> None:
-    """What each rank wrote since the last scenario, into `folder`/rank{r}.log (capped)."""
+    """What each rank wrote since the last scenario, into `folder`/rank{r}.log (capped); the
+    rank's own file emptied, so that a kept rank's output never nears the file-size limit."""
     for rank, process in enumerate(processes):
         try:
             with open(process.output_path, "rb") as f:
                 f.seek(process.output_offset)
                 data = f.read(limit + 1)
-                process.output_offset = f.seek(0, os.SEEK_END)
+            os.truncate(process.output_path, 0)  # (its writes append: they go on from 0)
+            process.output_offset = 0
+            if data:
+                (folder / f"rank{rank}.log").write_bytes(data)
         except OSError:
             continue
-        if data:
-            (folder / f"rank{rank}.log").write_bytes(data)
 
 
 def _unlink(path: Path) -> None:
@@ -680,6 +683,27 @@ class _Process:
                "SIGSEGV": " (a crash)"}.get(name, "")
         return f"was killed by {name}{why}"
 
+    def gone(self) -> bool:
+        """Whether it has ended, as far as can be told at once: its end of the reply pipe
+        closed (it and all it started are gone), or its end reported."""
+        if self._status is not None:
+            return True
+        poller = select.poll()
+        poller.register(self.reply_r, select.POLLHUP | select.POLLERR)
+        try:
+            return bool(poller.poll(0))
+        except OSError:
+            return True
+
+    def forget(self) -> None:
+        """Close our ends without signalling: its zygote is gone, and its pid with it."""
+        self._status = -1
+        for fd in (self.request_w, self.reply_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def signal(self) -> None:
         """SIGKILL its process group without waiting for its end (see kill)."""
         if self._status is None:
@@ -772,6 +796,7 @@ class _KeptRanks:
         except (wire.WireClosed, wire.WireTimeout, wire.WireTooLarge, codec.CodecError,
                 OSError):
             return False
+        process.output_offset = _size(process.output_path)  # (what the reset printed: no one's)
         return reply.get("reset") is True
 
     def give(self, gpus: int, processes: list[_Process]) -> list[_Process]:
@@ -1008,6 +1033,8 @@ class Sandbox:
                 process.signal()
             for process in workers:
                 process.kill()
+            for process in kept:
+                _unlink(process.output_path)
             self._stop_strays()
 
     def _retire(self, gpus: int) -> None:
@@ -1054,6 +1081,8 @@ class Sandbox:
         self.events.settle(timeout=5)
 
     def _drop_zygote(self) -> None:
+        for process in self._kept.clear():  # (they ended with it: PDEATHSIG)
+            process.forget()
         if self._zygote is not None:
             self._served |= self._zygote.served  # a later zygote must know what ran as its uid
             self._zygote.close()
@@ -1102,7 +1131,8 @@ class Sandbox:
         slots: list[_Process | None] = [None] * world_size
         if reuse and self.keep_ranks:
             slots, ended = self._kept.take(gpus, world_size)
-            self._end_ranks(ended)
+            if ended:
+                self._end_ranks(ended)
         processes = [process for process in slots if process is not None]
         reused = {process.pid for process in processes}
         ports: list[int] = []
@@ -1112,6 +1142,8 @@ class Sandbox:
                 if kept is None:
                     processes.insert(rank, self._fork("rank", self._rank_log(), gpus))
                     processes[rank].rank = rank
+            if any(process.gone() for process in processes if process.pid in reused):
+                raise _EndedEarlier()  # a kept rank ended since its reset: not this one's doing
             ports = self._stores(stores, store_host)
             for rank, process in enumerate(processes):
                 own = () if per_rank is None else (per_rank[rank],)
@@ -1123,6 +1155,8 @@ class Sandbox:
                 try:
                     replies.append(process.read(max(0.1, deadline - time.monotonic())))
                 except wire.WireTimeout:
+                    if any(p.gone_before_send for p in processes if p.pid in reused):
+                        raise _EndedEarlier() from None  # the others waited for it
                     raise SandboxTimeout(timeout, what) from None
                 except wire.WireClosed:
                     if process.pid in reused and process.ended_before_last_send():
@@ -1141,15 +1175,40 @@ class Sandbox:
         finally:
             if ports and not viewed:
                 self._store_host.views()  # (stops this scenario's stores)
-            _copy_rank_output(processes, output_dir, self.limits.output_bytes)
-            if replied and self.keep_ranks:  # every rank is done with its peers: reusable
-                self._end_ranks(self._kept.give(gpus, processes))
-            else:
-                self._end_ranks(processes)
+            try:
+                _copy_rank_output(processes, output_dir, self.limits.output_bytes)
+            finally:
+                if replied and self.keep_ranks:  # every rank is done with its peers
+                    keep, end = self._fit_to_keep(processes)
+                    self._end_ranks(self._kept.give(gpus, keep) + end)
+                else:
+                    self._end_ranks(processes)
+
+    def _fit_to_keep(self, processes: list[_Process]) -> tuple[list[_Process], list[_Process]]:
+        """The ranks that may serve another scenario, and those to end: one that still runs a
+        process of its own (it would go on beside later tests), or has used half of its CPU
+        time or open files (a later scenario would be cut short by what this one spent)."""
+        table = process_table()
+        parents = {entry.ppid for entry in table.values() if not entry.dying}
+        keep, end = [], []
+        for process in processes:
+            fit = process.pid not in parents and process.pid in table
+            if fit:
+                try:
+                    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1]
+                    ticks = sum(int(value) for value in fields.split()[11:13])
+                    cpu = ticks / os.sysconf("SC_CLK_TCK")
+                    files = len(os.listdir(f"/proc/{process.pid}/fd"))
+                except (OSError, ValueError, IndexError):
+                    cpu, files = float("inf"), 0
+                fit = cpu < self.limits.cpu_seconds / 2 and \
+                    files < self.limits.max_open_files / 2
+            (keep if fit else end).append(process)
+        return keep, end
 
     def _end_ranks(self, processes: list[_Process]) -> None:
-        if not processes:
-            return
+        """End `processes` (each with its process group), then what any rank left running:
+        after every scenario, kept ranks or not."""
         for process in processes:  # every rank signalled first: they die side by side
             process.signal()
         for process in processes:

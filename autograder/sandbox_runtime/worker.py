@@ -148,26 +148,45 @@ def serve(mode: str, request_fd: int, reply_fd: int, module_name: str, gpus: int
 
 def _baseline() -> dict:
     """What a scenario may change for the next one in the same rank, as the import left it."""
+    import random
+    import threading
+
     import torch
 
-    return {"env": dict(os.environ), "grad": torch.is_grad_enabled(),
-            "dtype": torch.get_default_dtype()}
+    return {"env": dict(os.environ), "cwd": os.getcwd(), "grad": torch.is_grad_enabled(),
+            "dtype": torch.get_default_dtype(), "threads": threading.active_count(),
+            "torch_threads": torch.get_num_threads(), "rng": torch.get_rng_state(),
+            "random": random.getstate()}
 
 
 def _reset(baseline: dict) -> bool:
-    """Back to `baseline` between two scenarios of one rank: no process group, the environment,
-    grad mode and default dtype as after the import, the simulated GPUs' current device and
-    journal as at the start. False if any of it failed (the runner then kills this rank)."""
+    """Back to `baseline` between two scenarios of one rank: no process group; the environment,
+    working folder, grad mode, default dtype, thread count and random generators as after the
+    import; the simulated GPUs' current device and journal as at the start. False if any of it
+    failed, or if the scenario left what a reset cannot undo (a thread still running, an alarm
+    set): the runner then ends this rank."""
     try:
+        import random
+        import signal
+        import threading
+
         import torch
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()  # every group: the default one and any new_group
+        if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
+            return False
+        if threading.active_count() > baseline["threads"]:
+            return False
         os.environ.clear()
         os.environ.update(baseline["env"])
+        os.chdir(baseline["cwd"])
         torch.set_grad_enabled(baseline["grad"])
         torch.set_default_dtype(baseline["dtype"])
+        torch.set_num_threads(baseline["torch_threads"])
+        torch.set_rng_state(baseline["rng"])
+        random.setstate(baseline["random"])
         if f"{__package__}.simulated_cuda" in sys.modules:  # (loaded: this rank simulates)
             from . import simulated_cuda
 

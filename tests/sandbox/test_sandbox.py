@@ -284,6 +284,17 @@ def rank_state(mod, rank, world_size, port):
             "left": os.environ.get("LEFT_BY_LAST"), "grad": torch.is_grad_enabled(),
             "dtype": str(torch.get_default_dtype())}
 
+def rank_leave_child(mod, rank, world_size, port, detached):
+    # A process of its own, still running when the scenario ends.
+    import os, subprocess
+    child = subprocess.Popen(["sleep", "60"], start_new_session=detached)
+    return {"pid": os.getpid(), "child": child.pid}
+
+def rank_leave_thread(mod, rank, world_size, port):
+    import os, threading, time
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    return {"pid": os.getpid()}
+
 def rank_exit_soon(mod, rank, world_size, port):
     # Replies, then ends while kept: the next scenario must not be blamed for it.
     import os, threading, time
@@ -421,6 +432,41 @@ def test_a_kept_rank_that_ended_meanwhile_is_replaced_without_blame(make_sandbox
     time.sleep(1)  # both ended while kept
     state = sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add")
     assert not {s["pid"] for s in state} & set(pids)
+
+
+@pytest.mark.parametrize("detached", [False, True], ids=["child", "detached"])
+def test_ranks_that_leave_a_process_running_are_not_kept_and_it_is_stopped(
+        make_sandbox, tmp_path, detached):
+    """What a scenario leaves running must not run beside later tests: a rank with a process
+    of its own is ended with it (its process group, or as a stray when it left the group)."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    before = sleeping()
+    sandbox.run_ranks("rank_leave_child", 2, (detached,), 60, tmp_path, "add")
+    assert host_pids(sandbox) == []
+    assert sleeping() - before == set()
+
+
+def sleeping() -> set[int]:
+    """The host's `sleep 60` processes."""
+    found = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline") as f:
+                if f.read() == "sleep\x0060\x00":
+                    found.add(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_rank_that_leaves_a_thread_running_is_not_reused(make_sandbox, tmp_path):
+    """A thread of the student's would go on beside later scenarios: the reset refuses it."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    sandbox.run_ranks("rank_leave_thread", 2, (), 60, tmp_path, "add")
+    first = host_pids(sandbox)  # kept, their reset not read yet
+    sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add")
+    assert len(first) == 2 and not set(first) & set(host_pids(sandbox))
+    assert not any(alive(pid) for pid in first)
 
 
 def test_without_keep_ranks_every_scenario_has_fresh_ranks(make_sandbox, tmp_path):
