@@ -1,6 +1,6 @@
 """Batch grading against a loop of `autograder grade`, side by side in one run.
 
-    .venv/bin/python bench/batch_vs_loop.py [--copies 4] [--rounds 1]
+    .venv/bin/python bench/batch_vs_loop.py [--copies 4] [--rounds 1] [--assignment dp_basics]
 
 Grades COPIES copies of the bundled example submissions (reference, blank, partial) with
 (a) one `autograder grade` per submission and (b) one `autograder batch --jobs 2`, alternating
@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from demo import build_examples  # noqa: E402 - the bundled submissions, as `make demo` has them
 
 
-def make_class(folder: Path, copies: int) -> list[Path]:
-    examples = build_examples(folder / "examples", "dp_basics")
+def make_class(folder: Path, copies: int, assignment: str) -> list[Path]:
+    examples = build_examples(folder / "examples", assignment)
     students = []
     for copy in range(copies):
         for example in examples:
@@ -47,8 +47,8 @@ def make_class(folder: Path, copies: int) -> list[Path]:
     return students
 
 
-def batch_command(submissions: Path, out: Path) -> list[str]:
-    return [str(BIN / "autograder"), "batch", str(submissions), "--assignment", "dp_basics",
+def batch_command(submissions: Path, out: Path, assignment: str) -> list[str]:
+    return [str(BIN / "autograder"), "batch", str(submissions), "--assignment", assignment,
             "--out", str(out), "--jobs", "2"]
 
 
@@ -93,9 +93,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--assignment", default="dp_basics")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
-    students = make_class(work, args.copies)
+    students = make_class(work, args.copies, args.assignment)
     one_copy = work / "one"
     for student in students[:3]:
         shutil.copytree(student, one_copy / student.name)
@@ -103,10 +104,10 @@ def main() -> int:
     loops, batches, smalls, cpus = [], [], [], []
     for round_ in range(args.rounds):
         loop_out, batch_out, small_out = (work / f"{k}-{round_}" for k in ("loop", "b", "s"))
-        loop = sum(timed([str(BIN / "autograder"), "grade", str(s), "--assignment", "dp_basics",
+        loop = sum(timed([str(BIN / "autograder"), "grade", str(s), "--assignment", args.assignment,
                           "--out", str(loop_out / s.name)]) for s in students)
-        batch, batch_cpu = timed_in_box(batch_command(work / "class", batch_out))
-        small, small_cpu = timed_in_box(batch_command(one_copy, small_out))
+        batch, batch_cpu = timed_in_box(batch_command(work / "class", batch_out, args.assignment))
+        small, small_cpu = timed_in_box(batch_command(one_copy, small_out, args.assignment))
         loops.append(loop), batches.append(batch), smalls.append(small)
         if batch_cpu is not None and small_cpu is not None:
             cpus.append((batch_cpu - small_cpu) / (n - 3))
@@ -121,8 +122,8 @@ def main() -> int:
             return 1
     loop, batch, small = (statistics.median(x) for x in (loops, batches, smalls))
     marginal = (batch - small) / (n - 3)
-    print(f"\n{n} submissions ({args.copies} copies of reference, blank, partial), "
-          f"median of {args.rounds} round(s), 2 jobs:")
+    print(f"\n{args.assignment}: {n} submissions ({args.copies} copies of reference, blank, "
+          f"partial), median of {args.rounds} round(s), 2 jobs:")
     print(f"  (a) loop of `autograder grade`: {loop:7.1f} s  ({loop / n:.2f} s per submission)")
     print(f"  (b) `autograder batch --jobs 2`: {batch:7.1f} s  ({batch / n:.2f} s per submission)")
     print(f"  ratio a/b: {loop / batch:.2f}x   (target: at least 4x)")

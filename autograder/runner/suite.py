@@ -71,13 +71,17 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     ini = Path(job.output_dir) / "pytest.ini"
     ini.write_text("[pytest]\n")  # ignore any project or submission configuration
     # No third-party pytest plugins (what happens to be installed must not change grading;
-    # loading them took ~0.1 s a grading), no gc.collect() at the end (unraisableexception).
+    # loading them took ~0.1 s a grading), no gc.collect() at the end (unraisableexception),
+    # no log capture: student code logs in its sandbox, where no handler of this process sees
+    # it, and attaching handlers to torch's ~50 loggers around every phase of every test took
+    # ~0.1 s a grading.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     # --confcutdir: conftest.py files above the hidden tests' folder (a course repository's own
     # tests/conftest.py, say) are not the suite's: without it pytest loads every one of them.
     args = [job.tests_dir, "-c", str(ini), "--rootdir", job.tests_dir,
             "--confcutdir", job.tests_dir, "-q", "-p",
-            "no:cacheprovider", "-p", "no:unraisableexception", "--strict-markers",
+            "no:cacheprovider", "-p", "no:unraisableexception", "-p", "no:logging",
+            "--strict-markers",
             "--import-mode=importlib", "-W", "ignore::DeprecationWarning"]
     if not job.tracebacks:  # only an instructor keeping the work folder reads runner.log
         args.append("--tb=line")

@@ -48,6 +48,7 @@ from autograder.sandbox.isolation import (
 from autograder.sandbox.launcher import FAILED as LAUNCHER_FAILED
 from autograder.sandbox.launcher import install_seccomp
 from autograder.sandbox.processes import (
+    ProcessEntry,
     children_of,
     ended_text,
     gpu_device_present,
@@ -1046,13 +1047,14 @@ class Sandbox:
     # its kill leaves a child, found by the next round (the uid's process limit bounds them).
     STRAY_ROUNDS = 3
 
-    def _stop_strays(self) -> None:
+    def _stop_strays(self, table: dict[int, ProcessEntry] | None = None) -> None:
         """Kill what student code left running once the workers that started it ended (a
         detached process, a new session: what killing a worker's group misses), keeping the
         zygote and the serving workers; recorded for staff. Without it, each rank's import
         could leave one more behind for the rest of the grading (a detached copy of a worker,
         torch imported, costs tens of MB as its pages are written: the 768 MB of a Gradescope
-        container ran out). In `none` mode orphans leave the zygote's tree: not found."""
+        container ran out). In `none` mode orphans leave the zygote's tree: not found.
+        `table`: the first round's, read since the last process of the sandbox ended."""
         zygote = self._zygote
         if zygote is None or not zygote.alive:
             return  # (a new zygote clears what its predecessor left: see zygote())
@@ -1063,7 +1065,8 @@ class Sandbox:
         uid = self.ids[0] if self.isolation.drop_uid else None
         stopped = 0
         for _ in range(self.STRAY_ROUNDS):
-            found = strays(process_table(), zygote.host_pid(), keep, uid)
+            found = strays(table or self._table(), zygote.host_pid(), keep, uid)
+            table = None
             for pid, started in found.items():
                 kill_if_same(pid, started)
             stopped += len(found)
@@ -1072,6 +1075,16 @@ class Sandbox:
         if stopped:
             self.events.record("left_running", f"{stopped} process(es) left running after "
                                                "their workers ended were stopped")
+
+    def _table(self) -> dict[int, ProcessEntry]:
+        """The processes a sandbox's strays are among: in `uid` mode every process (an orphan
+        leaves the zygote's tree), otherwise the zygote's tree (in namespaces, orphans are
+        reparented to the zygote and nothing of the sandbox outlives its PID namespace; in
+        `none` mode they leave the tree and are not found anyway)."""
+        zygote = self._zygote
+        if self.isolation.mode == "uid" or zygote is None or zygote.host_pid() < 0:
+            return process_table()
+        return process_table(under=zygote.host_pid())
 
     def close(self) -> None:
         """Kill every process of this sandbox, the zygote included; then read out what their
@@ -1179,16 +1192,18 @@ class Sandbox:
                 _copy_rank_output(processes, output_dir, self.limits.output_bytes)
             finally:
                 if replied and self.keep_ranks:  # every rank is done with its peers
-                    keep, end = self._fit_to_keep(processes)
-                    self._end_ranks(self._kept.give(gpus, keep) + end)
+                    table = self._table()
+                    keep, end = self._fit_to_keep(processes, table)
+                    end += self._kept.give(gpus, keep)
+                    self._end_ranks(end, table=None if end else table)
                 else:
                     self._end_ranks(processes)
 
-    def _fit_to_keep(self, processes: list[_Process]) -> tuple[list[_Process], list[_Process]]:
+    def _fit_to_keep(self, processes: list[_Process], table: dict[int, ProcessEntry]
+                     ) -> tuple[list[_Process], list[_Process]]:
         """The ranks that may serve another scenario, and those to end: one that still runs a
         process of its own (it would go on beside later tests), or has used half of its CPU
         time or open files (a later scenario would be cut short by what this one spent)."""
-        table = process_table()
         parents = {entry.ppid for entry in table.values() if not entry.dying}
         keep, end = [], []
         for process in processes:
@@ -1206,15 +1221,16 @@ class Sandbox:
             (keep if fit else end).append(process)
         return keep, end
 
-    def _end_ranks(self, processes: list[_Process]) -> None:
+    def _end_ranks(self, processes: list[_Process],
+                   table: dict[int, ProcessEntry] | None = None) -> None:
         """End `processes` (each with its process group), then what any rank left running:
-        after every scenario, kept ranks or not."""
+        after every scenario, kept ranks or not (`table`: see _stop_strays)."""
         for process in processes:  # every rank signalled first: they die side by side
             process.signal()
         for process in processes:
             process.kill()
             _unlink(process.output_path)
-        self._stop_strays()
+        self._stop_strays(table)
 
     def _rank_log(self) -> Path:
         """A fresh file for one rank worker's output (copied to each scenario's folder)."""

@@ -143,36 +143,58 @@ _SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
 PF_EXITING = 0x4  # task flag (/proc/PID/stat field 9): do_exit has begun
 
 
-def process_table() -> dict[int, ProcessEntry]:
-    """Every process this one can read in /proc (those that end meanwhile are left out)."""
-    # Read after every rank scenario and worker restart (dozens of times a grading): plain
-    # reads of the two files and of the three lines used, no pathlib.
-    table: dict[int, ProcessEntry] = {}
+def process_table(under: int | None = None) -> dict[int, ProcessEntry]:
+    """Every process this one can read in /proc, or with `under` only that process and its
+    descendants (those that end meanwhile are left out)."""
+    # Read after every rank scenario (dozens of times a grading): plain reads, no pathlib.
+    # `status` (for the uid and pending signals) costs three times what `stat` does, so it is
+    # read only for the processes asked about.
+    stats: dict[int, list[str]] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            stats[int(name)] = stat[stat.rfind(")") + 2:].split()
+    table: dict[int, ProcessEntry] = {}
+    for pid in stats if under is None else _descendants(stats, under):
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            with open(f"/proc/{name}/status", "rb") as f:
+            with open(f"/proc/{pid}/status", "rb") as f:
                 status = f.read().decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
         lines = {}
         for line in status.splitlines():
             key, _, value = line.partition(":")
             if key in _STATUS_KEYS:
                 lines[key] = value
+        fields = stats[pid]
         try:
             pending = int(lines["SigPnd"], 16) | int(lines["ShdPnd"], 16)
-            table[int(name)] = ProcessEntry(
+            table[pid] = ProcessEntry(
                 ppid=int(fields[1]), uid=int(lines["Uid"].split()[0]), started=fields[19],
                 dying=fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
                 or bool(pending & _SIGKILL_BIT))
         except (KeyError, IndexError, ValueError):
             continue
     return table
+
+
+def _descendants(stats: dict[int, list[str]], root: int) -> set[int]:
+    """`root` and every process below it, from their `stat` fields (ppid is field 1)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(pid)
+    found, queue = set(), [root] if root in stats else []
+    while queue:  # (a set: a ppid read mid-reparenting must not loop)
+        pid = queue.pop()
+        if pid not in found:
+            found.add(pid)
+            queue.extend(children.get(pid, ()))
+    return found
 
 
 _STATUS_KEYS = frozenset({"Uid", "SigPnd", "ShdPnd"})

@@ -1,6 +1,9 @@
 """autograder.sandbox.processes: telling a sandbox's strays from what it still runs."""
 
 import os
+import signal
+import subprocess
+import time
 
 from autograder.sandbox.processes import ProcessEntry, process_table, strays
 
@@ -43,3 +46,25 @@ def test_the_table_is_read_from_proc():
     table = process_table()
     me = table[os.getpid()]
     assert me.ppid == os.getppid() and me.uid == os.getuid() and not me.dying
+
+
+def test_under_a_process_the_table_holds_its_tree_only():
+    # a shell whose child sleeps: the two of them, as the whole table shows them
+    shell = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    tree: set[int] = set()
+    try:
+        for _ in range(200):
+            full = process_table()
+            tree = {pid for pid, entry in full.items() if entry.ppid == shell.pid}
+            if tree:
+                break
+            time.sleep(0.01)
+        under = process_table(under=shell.pid)
+        assert set(under) == {shell.pid} | tree and len(tree) == 1
+        assert all(under[pid] == full[pid] for pid in under)
+        assert process_table(under=2**22 + 1) == {}  # (no such pid)
+    finally:
+        for pid in tree:
+            os.kill(pid, signal.SIGKILL)
+        shell.kill()
+        shell.wait()
