@@ -3,7 +3,8 @@
 Each worker is `python -I -m autograder.batch.local_workers` (trusted grader code, like `autograder
 grade`), started once and fed one task at a time as a JSON line on stdin; it answers one JSON line
 on stdout. Student code never runs in a worker: grading starts fresh sandbox processes for every
-submission. A worker that dies (its task gets an error outcome) is replaced; the batch goes on.
+submission. A worker that dies is replaced, and its submission graded once more on the new one
+(`batch.retries`, as on Ray); the batch goes on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 
 from autograder.batch.records import GradeOutcome, GradeTask
+from autograder.batch.retries import Retries
 
 STOP_SECONDS = 10.0  # how long stopped workers get to kill their sandboxes before SIGKILL
 # One outcome line: a report is at most a few hundred KiB (report.MAX_FILE_BYTES per file).
@@ -84,6 +86,7 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
     pending = deque(tasks)
     selector = selectors.DefaultSelector()
     workers: list[_Worker] = []
+    retries = Retries()
 
     def start() -> _Worker:
         worker = _Worker(max(1, min(jobs, len(tasks))))
@@ -104,13 +107,26 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
             for key, _ in selector.select():
                 worker: _Worker = key.data
                 chunk = os.read(key.fd, 1 << 20)
-                if not chunk:  # the worker died: its task fails, a new worker takes over
+                if not chunk:  # the worker died: a new worker takes over
                     selector.unregister(worker.process.stdout)
                     workers.remove(worker)
                     code = worker.process.wait()
-                    if worker.task is not None:
-                        yield GradeOutcome(worker.task.key, None, worker.failure or
-                                           f"the grading worker died ({_ended(code)})", 0.0)
+                    task, worker.task = worker.task, None
+                    if task is not None and worker.failure:  # (its answer: no retry helps)
+                        yield GradeOutcome(task.key, None, worker.failure, 0.0)
+                    elif task is not None:
+                        error = retries.lost(task.key, f"the grading worker died "
+                                                       f"({_ended(code)})")
+                        if error is None:
+                            pending.appendleft(task)  # first, on the new worker
+                        else:
+                            yield GradeOutcome(task.key, None, error, 0.0)
+                        hopeless = retries.hopeless()
+                        if hopeless:  # every worker dies: the rest fails at once
+                            for left in [*pending, *(w.task for w in workers if w.task)]:
+                                yield GradeOutcome(left.key, None, hopeless, 0.0)
+                            pending.clear()
+                            return
                     if pending:
                         feed(start())
                     continue
@@ -132,6 +148,7 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
                         continue  # nothing was asked: not an outcome
                     outcome = _outcome(worker.task, line)
                     worker.task = None
+                    retries.graded()
                     yield outcome  # recorded before the worker gets more
                     feed(worker)
     finally:  # also on Ctrl-C, or when the caller stops early

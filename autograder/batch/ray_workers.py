@@ -12,7 +12,7 @@ Warm workers on a Ray cluster that shares no file system with the batch:
   the hidden suite has GPU tests and the cluster has GPUs (`CUDA_VISIBLE_DEVICES` set by Ray),
   at most `jobs`, each holding a runner server as local workers do: a fresh forked runner and
   fresh sandbox zygotes per submission. An actor that dies (killed for memory, its node lost)
-  is replaced and its submission retried once; a second death makes it an error outcome.
+  is replaced and its submission retried once, as local workers are (`batch.retries`).
 - **Deadlines.** Nothing waits forever: an actor not set up within START_SECONDS is killed (its
   submission retried once; when no actor was ever set up, nothing can be scheduled and the rest
   fails at once, naming what each actor asks for), and a grading running past the
@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.batch.records import GradeOutcome, GradeTask
+from autograder.batch.retries import Retries
 
 STOP_SECONDS = 10.0  # how long idle actors get to close (stop their runner server, remove folders)
 # On top of a submission's own budget (timeouts.submission, which bounds its hidden tests): its
@@ -56,9 +57,6 @@ GRADING_MARGIN = 120.0
 # How long an actor may take to start: be scheduled on a node with what it asks for, start its
 # process, unpack the bundle, import torch and start its runner server.
 START_SECONDS = 300.0
-# Actors that die one after another without grading anything: Ray cannot start them on this
-# cluster (the package is missing on the nodes, a node keeps dying); the rest fails at once.
-MAX_DEATHS_IN_A_ROW = 4
 
 
 def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
@@ -291,7 +289,6 @@ def check_loopback_only(ray: Any) -> None:
 @dataclass
 class _Job:
     task: GradeTask
-    attempts: int = 0  # actors that died (or never started) with it
     submitted: float = field(default_factory=time.monotonic)
 
 
@@ -315,7 +312,7 @@ class _Actor:
 def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_ref: Any,
              share: int = 1, deadlines: Deadlines | None = None) -> Iterator[GradeOutcome]:
     """Keep `workers` actors of class `actor` busy, one submission each; yield each outcome as
-    it arrives. A dead actor is replaced and its submission retried once.
+    it arrives. A dead actor is replaced and its submission retried (`batch.retries`).
 
     Every call has a deadline: an actor not set up within `deadlines.start` of its start is
     killed, and its submission is retried once on a new actor as after a death (when no actor
@@ -331,7 +328,7 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
     busy: dict[Any, tuple[_Actor, _Job]] = {}  # call ref -> (actor, job)
     starting: dict[Any, _Actor] = {}  # ref of a `ready` call -> its actor, not yet set up
     alive: list[_Actor] = []
-    deaths_in_a_row, last_death = 0, ""
+    retries = Retries()
     any_set_up = False
 
     def start_actor() -> None:
@@ -401,13 +398,10 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                             yield _failed(left, reason)
                         waiting.clear()
                         return
-                    deaths_in_a_row += 1
-                    last_death = f"no Ray worker was set up within {limits.start:g} s"
-                    job.attempts += 1
-                    if job.attempts < 2:
-                        waiting.appendleft(job)
-                    else:
-                        yield _failed(job, f"grading on Ray failed: {last_death}, twice")
+                    yield from _lose(job, f"no Ray worker was set up within {limits.start:g} "
+                                          "s", retries, waiting, busy)
+                    if retries.hopeless():
+                        return
                     if waiting and len(alive) < workers:
                         start_actor()
                 continue
@@ -430,40 +424,25 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                 alive.remove(worker)
                 for left in [r for r, w in starting.items() if w is worker]:
                     del starting[left]
-                deaths_in_a_row += 1
-                last_death = _describe(exc)
-                job.attempts += 1
-                if deaths_in_a_row >= MAX_DEATHS_IN_A_ROW:
-                    # Nothing graded since: every actor started dies. Stop starting them.
-                    for left in [job, *waiting, *(j for _, j in busy.values())]:
-                        yield _failed(left, f"grading on Ray failed: {deaths_in_a_row} Ray "
-                                            f"workers died in a row ({last_death})")
-                    waiting.clear()
+                yield from _lose(job, f"its Ray worker died ({_describe(exc)}; killed for "
+                                      "using too much memory, say)", retries, waiting, busy)
+                if retries.hopeless():
                     return
-                if job.attempts < 2:
-                    waiting.appendleft(job)  # retried first, on a new actor
-                else:
-                    yield _failed(job, f"grading on Ray failed: {last_death} (the worker "
-                                       "process died twice, e.g. killed for using too much "
-                                       "memory; retried once)")
                 if waiting and len(alive) < workers:
                     start_actor()
                 continue
-            deaths_in_a_row = 0
+            retries.graded()
             worker.ready_at = worker.ready_at or time.monotonic()  # if its `ready` is not seen yet
             any_set_up = True
             idle.append(worker)
             yield _received(job, answer)
-    except BaseException:
-        # Ctrl-C (or the caller closing us): the busy actors are killed below, and their runner
-        # servers, runners and sandboxes die with them (PR_SET_PDEATHSIG). Not a cancel first:
-        # for a regular actor's running call Ray 2.60 only sets a flag, which grading never
-        # reads, so waiting on it only delayed the stop.
-        raise
     finally:
-        # Idle actors that are set up stop their runner server and remove their folders (the
-        # bundle) first; killing alone would leave those on the node's /tmp after every batch.
-        # Actors never set up are only killed: one not scheduled would never answer.
+        # Also on Ctrl-C, or when the caller closes us. Idle actors that are set up stop their
+        # runner server and remove their folders (the bundle) first; killing alone would leave
+        # those on the node's /tmp after every batch. The others are only killed (one not
+        # scheduled would never answer), and their runner servers, runners and sandboxes die
+        # with them (PR_SET_PDEATHSIG). Not a cancel first: for a regular actor's running call
+        # Ray 2.60 only sets a flag, which grading never reads.
         working = {id(worker) for worker, _ in busy.values()}
         with contextlib.suppress(Exception):
             ray.get([w.handle.close.remote() for w in alive
@@ -471,6 +450,22 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
         for worker in alive:
             with contextlib.suppress(Exception):
                 ray.kill(worker.handle, no_restart=True)
+
+
+def _lose(job: _Job, why: str, retries: Retries, waiting: deque[_Job],
+          busy: dict[Any, tuple[_Actor, _Job]]) -> Iterator[GradeOutcome]:
+    """`job`'s actor is lost: `job` is queued first again, or fails; when the batch is
+    hopeless (`retries.hopeless()`), so does everything left, and the caller returns."""
+    error = retries.lost(job.task.key, why)
+    if error is None:
+        waiting.appendleft(job)  # first, on a new actor
+    else:
+        yield _failed(job, f"grading on Ray failed: {error}")
+    hopeless = retries.hopeless()
+    if hopeless:  # the caller returns: its `finally` kills the actors still grading
+        for other in [*waiting, *(j for _, j in busy.values())]:
+            yield _failed(other, f"grading on Ray failed: {hopeless}")
+        waiting.clear()
 
 
 def _not_started(ray: Any, limits: Deadlines) -> str:
