@@ -4,7 +4,7 @@ One Ray instance serves most of the module (it takes seconds to start); it decla
 GPUs, so GPU-aware scheduling is visible on a machine without CUDA (Ray hands out GPU ids and
 sets CUDA_VISIBLE_DEVICES; torch still finds no CUDA, so the GPU policy leaves the GPU test out).
 The first test starts and stops its own instance, the path `autograder batch --backend ray`
-takes without `--address`, and checks that it listens on loopback only.
+takes without `--address`, and checks that it listens on loopback only and wants its token.
 tests/batch/test_ray_cluster.py grades on a worker node that cannot see the driver's folders.
 """
 
@@ -94,9 +94,16 @@ def by_key(outcomes) -> dict[str, GradeOutcome]:
     return {o.key: o for o in outcomes}
 
 
-def test_a_local_instance_listens_on_loopback_only_and_is_shut_down(tmp_path):
+def test_a_local_instance_listens_on_loopback_only_wants_a_fresh_token_and_is_shut_down(
+        tmp_path, monkeypatch):
+    """The instance `run_ray` starts without an address. In `uid` mode sandboxes share this
+    machine's loopback: only the token keeps them from Ray's GCS (a red-team review rewrote the
+    pickled actor class there with authentication off). The TA's environment turning it off, or
+    naming another token, changes nothing."""
     if ray.is_initialized():
         pytest.skip("a Ray instance is already running in this process")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 64)
     seen: list = []
     ss_lines: list[str] = []
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b")]
@@ -113,11 +120,12 @@ def test_a_local_instance_listens_on_loopback_only_and_is_shut_down(tmp_path):
                 table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
                 ss_lines = [line for line in table.splitlines()
                             if any(f"pid={pid}," in line for pid in pids)]
+            assert len(private) == 1, private  # Ray's processes name one private folder
+            _wants_a_fresh_token(Path(next(iter(private))), pids)
         assert outcome.error is None, outcome.error
         assert outcome.report["score"] == 10
     assert not ray.is_initialized()
     # Its session lived in a private folder (0700), now removed; nothing new in /tmp/ray.
-    assert private, "Ray's processes name no private session folder"
     assert not any(Path(folder).exists() for folder in private)
     assert (set(shared.iterdir()) if shared.is_dir() else set()) <= sessions
     names = {s.process for s in seen}
@@ -126,6 +134,31 @@ def test_a_local_instance_listens_on_loopback_only_and_is_shut_down(tmp_path):
     if ss_lines:  # the same from `ss`: every listener of Ray's processes on 127.0.0.0/8
         local = [line.split()[3] for line in ss_lines]
         assert all(a.startswith(("127.", "[::ffff:127.", "[::1]")) for a in local), local
+    assert (os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"]) == ("disabled", "0" * 64)
+    assert "RAY_AUTH_TOKEN_PATH" not in os.environ
+
+
+def _wants_a_fresh_token(folder: Path, pids: list[int]) -> None:
+    """What a running local instance in `folder` (its processes `pids`) asks of a client."""
+    address = ray.get_runtime_context().gcs_address
+    token_file = folder / "auth_token"
+    token = token_file.read_text()
+    assert len(token) == 64 and token != "0" * 64
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    # Ray makes its own folders 0777: the session is inside ours, which stays 0700.
+    assert folder.stat().st_mode & 0o777 == 0o700
+    sessions = list((folder / "ray").glob("session_2*"))
+    assert sessions and all(p.resolve().is_relative_to(folder) for p in sessions)
+    # Without the token, or with another one, a client is refused; with it, it gets in.
+    assert _client(address, {"RAY_AUTH_MODE": "disabled"}) == "refused"
+    assert _client(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}) == "refused"
+    assert _client(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}) == "connected"
+    # Command lines are world-readable (/proc/PID/cmdline): the token is on none of them.
+    assert len(pids) > 2 and not [p for p in pids if token in " ".join(_cmdline(p))]
+    if os.geteuid() == 0:  # another user (a sandbox's uid in `uid` mode) cannot read it
+        other = subprocess.run(["cat", str(token_file)], user=65534, group=65534,
+                               extra_groups=[], capture_output=True, text=True)
+        assert other.returncode != 0 and "Permission denied" in other.stderr
 
 
 def test_listeners_are_read_from_proc():
@@ -147,46 +180,6 @@ def _client(address: str, env: dict[str, str]) -> str:
     said = subprocess.run([sys.executable, "-I", "-c", batch_ray._NO_TOKEN_CLIENT, address],
                           env=env, capture_output=True, text=True, timeout=120).stdout
     return (said.strip().splitlines() or ["nothing"])[-1]
-
-
-def test_a_local_instance_requires_a_fresh_token_whatever_the_environment_says(monkeypatch):
-    """In `uid` mode sandboxes share this machine's loopback: only the token keeps them from
-    Ray's GCS (a red-team review rewrote the pickled actor class there with authentication
-    off). The TA's environment turning it off, or naming another token, changes nothing."""
-    if ray.is_initialized():
-        pytest.skip("a Ray instance is already running in this process")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 64)
-    batch_ray._import_ray()
-    local = batch_ray.start_local(ray, 1, include_dashboard=False, log_to_driver=False,
-                                  logging_level="ERROR")
-    try:
-        address = ray.get_runtime_context().gcs_address
-        token_file = Path(local.folder) / "auth_token"
-        token = token_file.read_text()
-        assert len(token) == 64 and token != "0" * 64
-        assert token_file.stat().st_mode & 0o777 == 0o600
-        # Ray makes its own folders 0777: the session is inside ours, which stays 0700.
-        assert Path(local.folder).stat().st_mode & 0o777 == 0o700
-        assert ray.get_runtime_context().get_node_id()  # connected; its session is below ours
-        sessions = list((Path(local.folder) / "ray").glob("session_2*"))
-        assert sessions and all(p.resolve().is_relative_to(local.folder) for p in sessions)
-        # Without the token, or with another one, a client is refused; with it, it gets in.
-        assert _client(address, {"RAY_AUTH_MODE": "disabled"}) == "refused"
-        assert _client(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}) == "refused"
-        assert _client(address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}) == "connected"
-        # Command lines are world-readable (/proc/PID/cmdline): the token is on none of them.
-        pids = descendants(os.getpid())
-        assert len(pids) > 2 and not [p for p in pids if token in " ".join(_cmdline(p))]
-        if os.geteuid() == 0:  # another user (a sandbox's uid in `uid` mode) cannot read it
-            other = subprocess.run(["cat", str(token_file)], user=65534, group=65534,
-                                   extra_groups=[], capture_output=True, text=True)
-            assert other.returncode != 0 and "Permission denied" in other.stderr
-    finally:
-        local.stop(ray)
-    assert (os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"]) == ("disabled", "0" * 64)
-    assert "RAY_AUTH_TOKEN_PATH" not in os.environ
-    assert not Path(local.folder).exists()
 
 
 def test_an_instance_without_authentication_is_refused(monkeypatch, tmp_path):
