@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autograder.project.schemas import load_schema
-
 # Gradescope's visibility values, and those a result worth points may have (see
-# autograder.grading.visibility): grading.yml's schema is their one source.
-_DEFS = load_schema("grading.schema.json")["$defs"]
-VISIBILITIES: tuple[str, ...] = tuple(_DEFS["visibility"]["enum"])
-SCORED_VISIBILITIES: tuple[str, ...] = tuple(_DEFS["scored_visibility"]["enum"])
+# autograder.grading.visibility): the same as grading.yml's and report.json's schemas (a test
+# holds them to that), written here so that a runner reads no schema file to check a marker.
+VISIBILITIES: tuple[str, ...] = ("hidden", "after_due_date", "after_published", "visible")
+SCORED_VISIBILITIES: tuple[str, ...] = ("after_due_date", "visible")
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from autograder.grading.submission_status import NEEDS_A_LOOK
-from autograder.project.paths import SCHEMAS_DIR
-from autograder.protocol.job import VISIBILITIES
+from autograder.project.paths import PACKAGE_ROOT
+from autograder.protocol.job import SCORED_VISIBILITIES, VISIBILITIES
 from autograder.protocol.runner_events import EVENTS
 from autograder.protocol.statuses import (
     NOT_RUN_CAUSES,
@@ -23,13 +23,22 @@ from autograder.runner.pytest_plugin import FAILURE_CAUSES
 
 
 def report_schema_item(name: str) -> dict:
-    schema = json.loads((SCHEMAS_DIR / "report.schema.json").read_text())
+    schema = json.loads((SCHEMAS / "report.schema.json").read_text())
     return schema["properties"]["tests"]["items"]["properties"][name]
+
+
+SCHEMAS = PACKAGE_ROOT / "schemas"
 
 
 def test_report_statuses_and_visibilities_are_the_report_schemas():
     assert tuple(report_schema_item("status")["enum"]) == REPORT_STATUSES
     assert tuple(report_schema_item("visibility")["enum"]) == VISIBILITIES
+
+
+def test_visibilities_are_the_grading_schemas():
+    definitions = json.loads((SCHEMAS / "grading.schema.json").read_text())["$defs"]
+    assert tuple(definitions["visibility"]["enum"]) == VISIBILITIES
+    assert tuple(definitions["scored_visibility"]["enum"]) == SCORED_VISIBILITIES
 
 
 def test_every_submission_state_but_ok_needs_a_look():
