@@ -12,14 +12,13 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from autograder.project import paths
 from autograder.project.inert import inert
+from autograder.project.paths import Project
 
 if TYPE_CHECKING:
     from autograder.grading.late import SubmissionDates
@@ -34,15 +33,6 @@ Exit status:
        hidden tests, missing folder), a grader that cannot isolate student code or
        start its sandbox, or --require-gpu without a GPU
   130  interrupted (Ctrl-C); run the same command again to resume a batch"""
-
-
-@dataclass(frozen=True)
-class ProjectChoice:
-    """The project a command acts on, and how it was found."""
-
-    root: Path
-    config: Path
-    how: str
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
@@ -100,7 +90,8 @@ def project_options(command: Callable) -> Callable:
     return with_project
 
 
-def _choose(ctx: click.Context, root: Path | None, config: Path | None) -> ProjectChoice:
+def _choose(ctx: click.Context, root: Path | None, config: Path | None) -> Project:
+    """The command's one Project, made here and passed down to everything it calls."""
     parent = ctx.find_root().params
     root = root or parent.get("root")
     config = config or parent.get("config_path")
@@ -108,12 +99,11 @@ def _choose(ctx: click.Context, root: Path | None, config: Path | None) -> Proje
         config = config.resolve()
         if not config.is_file():
             raise click.BadParameter(f"{config} does not exist", param_hint="--config")
-        chosen = ProjectChoice(config.parent, config, "from --config")
+        chosen = Project.of_config(config, "from --config")
     elif root is not None:
-        chosen = ProjectChoice(root.resolve(), root.resolve() / paths.CONFIG_NAME, "from --root")
+        chosen = Project.at(root, "from --root")
     else:
-        found, how = paths.find_root()
-        chosen = ProjectChoice(found, found / paths.CONFIG_NAME, how)
+        chosen = Project.find()
     # Child processes (runners, batch workers, self-checks) act on the same project.
     os.environ["AUTOGRADER_ROOT"] = str(chosen.root)
     return chosen
@@ -180,7 +170,7 @@ def main(root: Path | None, config_path: Path | None) -> None:
 @project_options
 def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool,
           metadata: Path | None, submitted_at: str | None, staff_out: Path | None,
-          unsafe: bool, project: ProjectChoice) -> None:
+          unsafe: bool, project: Project) -> None:
     """Grade one SUBMISSION (a folder or a .zip) into OUT: results.json, report.json/.md/.html,
     as the student may see them when graded (results shown after the due date are withheld
     before it, and counted in no total).
@@ -200,7 +190,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
                        f"({problem or 'torch.cuda.device_count() == 0'}); grade on a GPU machine, "
                        "or leave out --require-gpu to apply grading.yml's gpu_policy", err=True)
             sys.exit(2)
-    report = grade_submission(submission, assignment, out, project.config, dates, staff_out)
+    report = grade_submission(submission, assignment, out, project, dates, staff_out)
     from autograder.grading.report import points
 
     if report.graded_file:
@@ -224,7 +214,7 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
                    f"shown from {release['results_shown_at'] or 'a due date, once one is set'})")
 
 
-def _submission_dates(assignment: str, project: ProjectChoice, metadata: Path | None,
+def _submission_dates(assignment: str, project: Project, metadata: Path | None,
                       submitted_at: str | None) -> SubmissionDates | None:
     """`grade`'s SubmissionDates from --metadata and --submitted-at (None: neither given)."""
     from dataclasses import replace
@@ -239,7 +229,7 @@ def _submission_dates(assignment: str, project: ProjectChoice, metadata: Path | 
     if metadata is not None:
         from autograder.gradescope.metadata import submission_dates
 
-        due = assignment_config(assignment, project.config).due
+        due = assignment_config(assignment, project).due
         dates, notes = submission_dates(metadata, due)
         for note in notes:  # the grader's terminal (on Gradescope: stdout, for staff)
             click.echo(f"note (staff): {inert(note)}", err=True)
@@ -255,7 +245,7 @@ def _submission_dates(assignment: str, project: ProjectChoice, metadata: Path | 
 @click.argument("positional", metavar="[ASSIGNMENT]", required=False)
 @ASSIGNMENT_OPTION
 @project_options
-def validate(positional: str | None, assignment: str | None, project: ProjectChoice) -> None:
+def validate(positional: str | None, assignment: str | None, project: Project) -> None:
     """Check an assignment's sources: config, question bank, hidden tests' names and points."""
     import tempfile
 
@@ -264,8 +254,8 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
     from autograder.release.validation import check_assignment, check_warnings
 
     assignment = _assignment(assignment, positional)
-    problems = check_assignment(assignment, project.config)
-    for line in check_warnings(assignment, project.config):  # legal, but wrong or a leak
+    problems = check_assignment(assignment, project)
+    for line in check_warnings(assignment, project):  # legal, but wrong or a leak
         click.echo(f"warning: {assignment}: {inert(line)}", err=True)
     if problems:  # every problem of every file in one run, by file
         count = sum(len(found) for found in problems.values())
@@ -275,7 +265,7 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
             for line in found:
                 click.echo(f"    - {inert(line)}", err=True)
         sys.exit(2)
-    spec = load_assignment(assignment, project.config)
+    spec = load_assignment(assignment, project)
     with tempfile.TemporaryDirectory() as workdir:
         tests = collect_hidden_tests(spec, Path(workdir))
     def count(n: float, word: str) -> str:
@@ -299,17 +289,16 @@ def validate(positional: str | None, assignment: str | None, project: ProjectCho
 @click.option("--check", is_flag=True,
               help="Write nothing: list every generated file that is out of date (exit 1).")
 @project_options
-def generate(named: tuple[str, ...], check: bool, project: ProjectChoice) -> None:
+def generate(named: tuple[str, ...], check: bool, project: Project) -> None:
     """Make every generated file the project commits from its sources: student templates (with
     each assignment's answers schema), docs/grading.md, and the files of grading.yml's
     `generators`. Reference timings are listed when stale; `autograder release` records them."""
-    from autograder.release.build import Project
+    from autograder.release.build import assignment_names
     from autograder.release.generate import generate as generate_files
     from autograder.release.generate import generators
 
-    chosen = Project(project.config)
-    names = list(named) or chosen.assignment_names()
-    outcome = generate_files(chosen, names, check)
+    names = list(named) or assignment_names(project)
+    outcome = generate_files(project, names, check)
     for line in outcome.said:
         click.echo(line)
     for line in outcome.written:
@@ -324,7 +313,7 @@ def generate(named: tuple[str, ...], check: bool, project: ProjectChoice) -> Non
         sys.exit(1)
     click.echo("generated files up to date" if check else
                f"templates and docs: {len(outcome.written)} file(s) written, the rest up to "
-               f"date; generators run: {len(generators(chosen))}")
+               f"date; generators run: {len(generators(project))}")
 
 
 def _cuda_device_count() -> tuple[int, str]:
@@ -362,18 +351,16 @@ def _cuda_device_count() -> tuple[int, str]:
 @project_options
 def release(positional: tuple[str, ...], named: tuple[str, ...], check: bool,
             skip_self_check: bool, notebook: str, out: Path | None,
-            project: ProjectChoice) -> None:
+            project: Project) -> None:
     """Generate student_templates/ASSIGNMENT/ and dist/ASSIGNMENT-student.zip (default: all)."""
-    from autograder.release.build import Project, check_templates
+    from autograder.release.build import assignment_names, check_templates
     from autograder.release.build import release as release_assignment
 
     assignments = (*named, *positional)
-    chosen = project
-    project = Project(chosen.config)
     if out is not None and notebook != "otter":
         raise click.UsageError("--out is the otter master's folder: use it with --notebook otter")
-    otter_root = (out or project.dist_dir / "otter") if notebook == "otter" else None
-    names = list(assignments) or project.assignment_names()
+    otter_root = (out or project.dist / "otter") if notebook == "otter" else None
+    names = list(assignments) or assignment_names(project)
     if check:
         drift = check_templates(names, project)
         for line in drift:
@@ -391,7 +378,7 @@ def release(positional: tuple[str, ...], named: tuple[str, ...], check: bool,
                                   otter_dir=otter_root / name if otter_root else None)
         for line in done.changed:
             click.echo(f"  changed: {line}")
-        click.echo(f"  {project.templates_dir / name}/ "
+        click.echo(f"  {project.templates / name}/ "
                    f"({'unchanged' if not done.changed else 'written'}); {done.zip_path}")
         if done.otter_dir is not None:
             click.echo(f"  {done.otter_dir}/: otter master notebook (holds the solution; "
@@ -402,12 +389,12 @@ def release(positional: tuple[str, ...], named: tuple[str, ...], check: bool,
 @click.argument("positional", metavar="[ASSIGNMENT]", required=False)
 @ASSIGNMENT_OPTION
 @project_options
-def verify_key(positional: str | None, assignment: str | None, project: ProjectChoice) -> None:
+def verify_key(positional: str | None, assignment: str | None, project: Project) -> None:
     """Run every snippet question on this machine and compare with the key's expectations."""
     from autograder.project.assignment import load_assignment
     from autograder.release.build import verify_key as verify
 
-    bank = load_assignment(_assignment(assignment, positional), project.config).bank
+    bank = load_assignment(_assignment(assignment, positional), project).bank
     try:
         checks = verify(bank)
     except RuntimeError as exc:  # a snippet could not be run at all here
@@ -432,11 +419,11 @@ def verify_key(positional: str | None, assignment: str | None, project: ProjectC
 @click.option("--no-tests", is_flag=True, help="Check the files only; do not run the tests.")
 @project_options
 def check(folder: Path, assignment: str | None, module: str | None, no_tests: bool,
-          project: ProjectChoice) -> None:
+          project: Project) -> None:
     """Check a student's FOLDER as check.py does: answers' form (no key), public tests."""
-    from autograder.release.build import Project, check_student_folder
+    from autograder.release.build import check_student_folder
 
-    sys.exit(check_student_folder(folder, module, Project(project.config), not no_tests,
+    sys.exit(check_student_folder(folder, module, project, not no_tests,
                                   assignment=assignment))
 
 
@@ -457,12 +444,12 @@ def check(folder: Path, assignment: str | None, module: str | None, no_tests: bo
 @project_options
 def gradescope(positional: str | None, assignment: str | None, out: Path | None,
                tries: tuple[Path, ...], self_hosted: bool, base_image: str | None,
-               project: ProjectChoice) -> None:
+               project: Project) -> None:
     """Build the Gradescope autograder zip of an assignment (setup.sh, run_autograder, sources),
     and with --try grade submissions with it in a container, as Gradescope would."""
     from autograder.gradescope.bundle import build_bundle
 
-    path = build_bundle(_assignment(assignment, positional), project.config, out)
+    path = build_bundle(_assignment(assignment, positional), project, out)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
                "Zip file upload), base image Ubuntu 22.04")
     if tries:
@@ -501,7 +488,7 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
 @project_options
 def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backend: str,
           address: str | None, force: bool, only: tuple[str, ...], detail: bool,
-          canvas_id: str | None, unsafe: bool, project: ProjectChoice) -> None:
+          canvas_id: str | None, unsafe: bool, project: Project) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes.
     Refused at once (exit 2) when student code cannot be isolated on this machine."""
@@ -513,7 +500,7 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
     try:
         summary = run_batch(submissions, _assignment(assignment), out, jobs=jobs,
                             backend=backend, address=address, force=force, only=list(only),
-                            config_path=project.config, detail=detail, canvas_id=canvas_id)
+                            project=project, detail=detail, canvas_id=canvas_id)
     except BatchInterrupted as stop:
         _batch_said(stop.summary, out)
         sys.exit(130)
@@ -597,13 +584,13 @@ def _adjusted(done: Any) -> None:
 @BY_OPTION
 @project_options
 def override(sid: str, assignment: str | None, out: Path, score: float | None, clear: bool,
-             reason: str, by: str | None, project: ProjectChoice) -> None:
+             reason: str, by: str | None, project: Project) -> None:
     """Override student SID's score in every export (grades.csv/.xlsx, canvas_grades.csv, the
     overview), kept in the gradebook with who, when and why; the exports are written again."""
     from autograder.batch.adjustments import override as record_override
 
     _adjusted(record_override(out, _assignment(assignment), sid, reason, score=score,
-                              clear=clear, by=by, config_path=project.config))
+                              clear=clear, by=by, project=project))
 
 
 @main.command(epilog=EXIT_CODES)
@@ -618,13 +605,13 @@ def override(sid: str, assignment: str | None, out: Path, score: float | None, c
 @BY_OPTION
 @project_options
 def extend(sid: str, assignment: str | None, out: Path, until: str | None, clear: bool,
-           reason: str, by: str | None, project: ProjectChoice) -> None:
+           reason: str, by: str | None, project: Project) -> None:
     """Extend student SID's due date for the late policy, kept in the gradebook with who, when
     and why; the next `autograder batch` regrades their submission with it."""
     from autograder.batch.adjustments import extend as record_extension
 
     _adjusted(record_extension(out, _assignment(assignment), sid, reason, until=until,
-                               clear=clear, by=by, config_path=project.config))
+                               clear=clear, by=by, project=project))
 
 
 @main.command("release-feedback", epilog=EXIT_CODES)
@@ -655,7 +642,7 @@ def release_feedback(out: Path, assignment: str | None, to: Path | None) -> None
 @click.option("--title", help="The assignment's title (default: from NAME).")
 @project_options
 def new(positional: str | None, assignment: str | None, source: str | None,
-        title: str | None, project: ProjectChoice) -> None:
+        title: str | None, project: Project) -> None:
     """Write a complete minimal assignment NAME (solution, one question, probes, public and
     hidden tests) and add it to grading.yml; see docs/AUTHORING.md."""
     from autograder.release.scaffold import ScaffoldError, new_assignment

@@ -19,8 +19,9 @@ def reference_submission(folder: Path, name: str = "dp_basics") -> Path:
     sys.path.insert(0, str(ROOT))
     from autograder.project.assignment import load_assignment
     from autograder.project.markers import reference
+    from autograder.project.paths import Project
 
-    assignment = load_assignment(name)
+    assignment = load_assignment(name, Project.find())
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{assignment.config.module}.py").write_text(
         reference(assignment.solution.read_text()))

@@ -50,6 +50,7 @@ from demo import build_examples  # noqa: E402
 from autograder.grading import grade as grading  # noqa: E402
 from autograder.grading import supervisor  # noqa: E402
 from autograder.project.assignment import load_assignment  # noqa: E402
+from autograder.project.paths import Project  # noqa: E402
 from autograder.protocol.fork_channel import RunnerServer  # noqa: E402
 from autograder.protocol.runner_events import (  # noqa: E402
     Collected,
@@ -258,7 +259,7 @@ def grade_rounds(assignment_name: str, runners: TimedRunners, records: Path, wor
     """Grade each example `rounds` times (after `warmup` uncounted gradings of the first)."""
     folder = work / assignment_name
     built = {p.name: p for p in build_examples(folder / "examples", assignment_name)}
-    assignment = load_assignment(assignment_name)
+    assignment = load_assignment(assignment_name, Project.find())
     gradings: dict[str, list[Grading]] = defaultdict(list)
     for i in range(warmup):  # file caches, the server's first forks
         grading.grade_loaded(built[examples[0]], assignment, folder / f"warm-{i}", runners=runners)

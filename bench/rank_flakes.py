@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from autograder.project.assignment import load_assignment  # noqa: E402
 from autograder.project.config import default_limits  # noqa: E402
 from autograder.project.markers import reference  # noqa: E402
+from autograder.project.paths import Project  # noqa: E402
 from autograder.runner.stores import TcpStores  # noqa: E402
 from autograder.sandbox.client import Sandbox, SandboxFailure, SandboxTimeout, Starts  # noqa: E402
 from autograder.sandbox.folder import prepare_sandbox_dir  # noqa: E402
@@ -51,11 +52,12 @@ def scenarios() -> dict[str, tuple]:
 
 
 def sandbox(folder: Path) -> Sandbox:
-    assignment = load_assignment("dp_basics")
+    assignment = load_assignment("dp_basics", Project.find())
     module = folder / "dp_basics.py"
     module.write_text(reference(assignment.solution.read_text()))
     box = prepare_sandbox_dir(module, "dp_basics", assignment.probes, folder)
-    return Sandbox(box, "dp_basics", default_limits(call_timeout=30), folder / "out.log",
+    limits = default_limits(Project.find().schemas, call_timeout=30)
+    return Sandbox(box, "dp_basics", limits, folder / "out.log",
                    starts=Starts(stores=TcpStores()))
 
 

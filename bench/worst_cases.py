@@ -43,6 +43,7 @@ from limits import Box
 sys.path.insert(0, str(ROOT))
 from autograder.project.assignment import load_assignment  # noqa: E402
 from autograder.project.markers import strip_solutions  # noqa: E402
+from autograder.project.paths import Project  # noqa: E402
 
 TARGET_S = 120.0
 HOSTILE = ROOT / "tests" / "assignments" / "hostile"
@@ -60,7 +61,7 @@ def _wrap_each(before: str, functions: list[str]) -> str:
 
 def cases(assignment: str) -> dict[str, str]:
     """What each case appends to the reference (None: the hostile file, to the blank template)."""
-    functions = list(load_assignment(assignment).config.functions)
+    functions = list(load_assignment(assignment, Project.find()).config.functions)
     made = {
         "all_loop": """
 import signal as _signal
@@ -122,7 +123,7 @@ _time.sleep(8.5)
 
 def build(folder: Path, assignment: str, names: list[str]) -> dict[str, Path]:
     reference = reference_submission(folder / "reference", assignment)
-    spec = load_assignment(assignment)
+    spec = load_assignment(assignment, Project.find())
     made, known = {"reference": reference}, cases(assignment)
     for name in names:
         target = folder / name

@@ -19,6 +19,7 @@ from autograder.batch.driver import batch
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
+from autograder.project.paths import Project
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "demo-out"
@@ -26,7 +27,7 @@ ASSIGNMENTS = ("dp_basics", "ddp_training")
 
 
 def build_examples(folder: Path, name: str) -> list[Path]:
-    assignment = load_assignment(name)
+    assignment = load_assignment(name, Project.find())
     module = assignment.config.module
     source = assignment.solution.read_text()
     key = {q.id: (list(q.answer) if q.multiple else q.answer[0])
@@ -45,7 +46,7 @@ def build_examples(folder: Path, name: str) -> list[Path]:
 def demo(name: str) -> int:
     out = OUT / name
     submissions = build_examples(out / "submissions", name)
-    assignment = load_assignment(name)
+    assignment = load_assignment(name, Project.find())
     rows = []
     for submission in submissions:
         started = time.monotonic()
@@ -72,7 +73,7 @@ def demo(name: str) -> int:
               "shown).")
 
     # The same three as a class, the way a TA grades one (warm workers, gradebook, overview).
-    summary = batch(out / "submissions", name, out / "class", jobs=2)
+    summary = batch(out / "submissions", name, out / "class", jobs=2, project=Project.find())
     print(f"\nautograder batch: {summary.total} submissions graded in {summary.seconds:g} s; "
           f"class overview {out.relative_to(ROOT)}/class/index.html, grades "
           f"{out.relative_to(ROOT)}/class/grades.csv\n")

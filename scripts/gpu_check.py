@@ -66,6 +66,14 @@ def say(*args: object) -> None:
     print(*args, flush=True)
 
 
+def assignment():
+    """The checked assignment, of the project found from here (as `autograder` finds it)."""
+    from autograder.project.assignment import load_assignment
+    from autograder.project.paths import Project
+
+    return load_assignment(ASSIGNMENT, Project.find())
+
+
 def gpu_count() -> int:
     out = subprocess.run([PY, "-c", "import torch; print(torch.cuda.device_count())"],
                          capture_output=True, text=True, timeout=120)
@@ -74,10 +82,8 @@ def gpu_count() -> int:
 
 def gpu_tests() -> list[dict]:
     """Hidden tests marked @pytest.mark.gpu: display name and how many GPUs each needs."""
-    from autograder.project.assignment import load_assignment
-
     tests = []
-    for path in sorted(load_assignment(ASSIGNMENT).hidden_tests.glob("test_*.py")):
+    for path in sorted(assignment().hidden_tests.glob("test_*.py")):
         for node in ast.parse(path.read_text()).body:
             if not isinstance(node, ast.FunctionDef):
                 continue
@@ -120,18 +126,16 @@ def submission(folder: Path, module: str, answers: dict | None = None) -> Path:
 
 
 def sources() -> dict[str, str]:
-    from autograder.project.assignment import load_assignment
     from autograder.project.markers import reference, strip_solutions
 
-    text = load_assignment(ASSIGNMENT).solution.read_text()
+    text = assignment().solution.read_text()
     return {"reference": reference(text), "blank": strip_solutions(text)}
 
 
 def key() -> dict:
-    from autograder.project.assignment import load_assignment
     from autograder.release.build import key_answers
 
-    return key_answers(load_assignment(ASSIGNMENT).bank)
+    return key_answers(assignment().bank)
 
 
 def grade(folder: Path, out: Path, require_gpu: bool = False) -> tuple[int, str, dict | None]:
@@ -410,10 +414,8 @@ class CudaWatch(threading.Thread):
 
 
 def part_batch(work: Path) -> dict:
-    from autograder.project.assignment import load_assignment
-
     texts = sources()
-    partial = load_assignment(ASSIGNMENT).root / "examples" / "partial" / "dp_basics.py"
+    partial = assignment().root / "examples" / "partial" / "dp_basics.py"
     alt = write_mutants(work / "mutants" / "batch") / "alt_handrolled.py"
     folder = work / "class"
     submission(folder / "reference", texts["reference"], key())
@@ -511,9 +513,7 @@ def data_parallel_chunk_sizes(batch_size, num_devices):
 
 
 def part_memory(work: Path) -> dict:
-    from autograder.project.assignment import load_assignment
-
-    limit = load_assignment(ASSIGNMENT).config.limits.memory_bytes >> 20
+    limit = assignment().config.limits.memory_bytes >> 20
     cap = limit + 1024  # bounded: a hog that is not stopped takes this much and no more
     text = sources()["reference"] + HOG.replace("CAP_MIB", str(cap))
     folder = submission(work / "sub" / "memory_hog", text)

@@ -70,6 +70,7 @@ from autograder.grading.submission import locate
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.late_policy import parse_timestamp
 from autograder.project.markers import reference, strip_solutions
+from autograder.project.paths import Project
 from autograder.questions.answers import grade_answers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -626,7 +627,7 @@ def write_zip(folder: Path, target: Path) -> None:
 
 def generate(out: Path, count: int, seed: int, make_zip: bool) -> dict:
     rng = random.Random(seed)
-    assignment = load_assignment(ASSIGNMENT)
+    assignment = load_assignment(ASSIGNMENT, Project.find())
     config = assignment.config
     points = hidden_points(assignment)
     variants = Variants(assignment)

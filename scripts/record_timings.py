@@ -16,12 +16,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autograder.project.assignment import load_assignment  # noqa: E402
+from autograder.project.paths import Project  # noqa: E402
 from autograder.release.build import _grade_reference, write_timings  # noqa: E402
 
 
 def main() -> int:
     name = sys.argv[1] if len(sys.argv) > 1 else "dp_basics"
-    assignment = load_assignment(name)
+    assignment = load_assignment(name, Project.find())
     recorded = []
     with tempfile.TemporaryDirectory(prefix="timings-") as tmp:
         problems = _grade_reference(assignment, Path(tmp), recorded)

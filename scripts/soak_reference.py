@@ -28,6 +28,7 @@ from pathlib import Path
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.markers import reference
+from autograder.project.paths import Project
 
 
 def run_once(submission: Path, assignment: Assignment, out: Path) -> str | None:
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="soak-reference-"))
     submission = work / "submission"
     submission.mkdir()
-    assignment = load_assignment(args.assignment)
+    assignment = load_assignment(args.assignment, Project.find())
     (submission / f"{assignment.config.module}.py").write_text(
         reference(assignment.solution.read_text()))
     print(f"grading the {args.assignment} reference solution {args.runs} times "

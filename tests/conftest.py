@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 
 from autograder.project.config import default_limits
 from autograder.sandbox.client import Sandbox, Starts
@@ -114,7 +115,8 @@ def make_sandbox(tmp_path: Path) -> Callable[..., Sandbox]:
         folder = prepare_sandbox_dir(module, "dp_basics", probes_path, tmp_path)
         from autograder.runner.stores import TcpStores  # (torch: only when a test needs it)
 
-        sandbox = Sandbox(folder, "dp_basics", default_limits(**{"call_timeout": 5, **limits}),
+        sandbox = Sandbox(folder, "dp_basics",
+                          default_limits(REPO.schemas, **{"call_timeout": 5, **limits}),
                           tmp_path / f"out{len(made)}.log", starts=Starts(stores=TcpStores()))
         made.append(sandbox)
         return sandbox

@@ -20,12 +20,14 @@ import yaml
 from hostile_inputs import ESCAPES, RAW_CONTROLS, encrypted, notebook_json, solution_cell
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from repo_project import REPO
 
 from autograder.grading.grade import _question_result, _submission_files
 from autograder.grading.notebook import NotebookError, extract_module
 from autograder.grading.report import MAX_FILE_BYTES, write_outputs
 from autograder.grading.results import build_report
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import Project
 from autograder.project.schemas import validate
 from autograder.questions.answers import grade_answers
 
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 ROOT = Path(__file__).resolve().parents[1]
 TOY_CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"
 GOOD = (ROOT / "tests" / "fixtures" / "toy" / "submissions" / "good" / "toy.py").read_text()
-TOY = load_assignment("toy", TOY_CONFIG)
+TOY = load_assignment("toy", Project.of_config(TOY_CONFIG))
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
 ENVIRONMENT = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
 
@@ -245,13 +247,13 @@ def test_any_folder_ends_in_a_report(entries):
         tests = [_question_result(r, TOY) for r in mc.results]
         report = build_report(TOY.config, root.name, tests, warnings, ENVIRONMENT, 0.1)
         out = Path(folder) / "out"
-        write_outputs(report, out)
+        write_outputs(report, out, REPO.schemas)
         for name in ("results.json", "report.json", "report.md", "report.html"):
             text = (out / name).read_text(encoding="utf-8")
             assert len(text.encode()) <= MAX_FILE_BYTES
             assert not any(c in text for c in RAW_CONTROLS), (name, text[:500])
         results = json.loads((out / "results.json").read_text())
-        validate(results, "gradescope_results.schema.json", "results.json")
+        validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
         assert not any(c in json.dumps(results, ensure_ascii=False) for c in RAW_CONTROLS)
 
 

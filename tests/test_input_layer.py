@@ -23,6 +23,7 @@ from hostile_inputs import (
     write,
     zip_bytes,
 )
+from repo_project import REPO
 
 from autograder.batch.gradebook import MAX_REPORT_CHARS, Gradebook
 from autograder.batch.local_workers import LineReader, LineTooLong
@@ -35,6 +36,7 @@ from autograder.grading.results import TestResult as Result
 from autograder.grading.results import build_report
 from autograder.project.assignment import load_assignment
 from autograder.project.inert import bounded, inert, label
+from autograder.project.paths import Project
 from autograder.project.schemas import validate
 from autograder.questions.answers import grade_answers, load_answers
 from autograder.sandbox.untrusted_parse import ChildFailed, Limits, run_limited
@@ -46,7 +48,7 @@ GOOD = (ROOT / "tests" / "fixtures" / "toy" / "submissions" / "good" / "toy.py")
 
 @pytest.fixture(scope="module")
 def toy():
-    return load_assignment("toy", TOY_CONFIG)
+    return load_assignment("toy", Project.of_config(TOY_CONFIG))
 
 
 # ----------------------------------------------------------------------------- answers files
@@ -198,13 +200,13 @@ def test_reports_stay_under_their_cap_whatever_the_submission_printed(tmp_path, 
     warnings = [f"note {i}: " + "w" * 10_000 + INJECTION for i in range(100_000)]
     environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
     report = build_report(toy.config, "sub" + INJECTION, tests, warnings, environment, 1.0)
-    written = write_outputs(report, tmp_path)
+    written = write_outputs(report, tmp_path, REPO.schemas)
     for name in ("results.json", "report.json", "report.md", "report.html"):
         text = (tmp_path / name).read_text(encoding="utf-8")
         assert len(text.encode()) <= MAX_FILE_BYTES, (name, len(text))
         assert not any(c in text for c in RAW_CONTROLS), name
     results = json.loads((tmp_path / "results.json").read_text())
-    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
     assert not any(c in json.dumps(results, ensure_ascii=False) for c in RAW_CONTROLS)
     assert "[output cut to keep the report small]" in written.tests[0].output
     assert written.warnings[-1] == "... and 99960 more"

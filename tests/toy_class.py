@@ -20,6 +20,7 @@ import pytest
 from autograder.batch.records import ClassSubmission, GradedSubmission, LateStatus, Submitter
 from autograder.grading.grade import grade
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.paths import Project
 
 TOY = Path(__file__).parent / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
@@ -83,7 +84,8 @@ def _grade_one(base: Path, key: str) -> GradedSubmission:
         (folder / "answers.yml").write_text(answers)
     submission = ClassSubmission(key, folder, submitters, DUE + timedelta(minutes=minutes))
     out = base / "out" / "reports" / submission.sid
-    report = json.loads(json.dumps(asdict(grade(folder, "toy", out, CONFIG))))  # as stored
+    graded = grade(folder, "toy", out, Project.of_config(CONFIG))
+    report = json.loads(json.dumps(asdict(graded)))  # as stored
     late = _late(minutes)
     penalty = late.penalty if late else 0.0
     return GradedSubmission(submission, 1, report, round(report["score"] * (1 - penalty), 4),
@@ -111,5 +113,5 @@ def toy_class(factory: pytest.TempPathFactory) -> tuple[Path, list[GradedSubmiss
         with ThreadPoolExecutor(len(SUBMISSIONS)) as pool:
             graded = list(pool.map(lambda key: _grade_one(base, key), SUBMISSIONS))
         _CACHE["class"] = (base / "out", graded + [_failed(base)],
-                           load_assignment("toy", CONFIG))
+                           load_assignment("toy", Project.of_config(CONFIG)))
     return _CACHE["class"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.paths import Project
 
 TOY = Path(__file__).resolve().parent / "fixtures" / "toy"
 
@@ -37,7 +38,7 @@ def toy_course(course: Path, hidden: str | None = None, config: dict[str, str] |
         assert old in text, old
         text = text.replace(old, new)
     (course / "grading.yml").write_text(text)
-    return load_assignment("toy", course / "grading.yml")
+    return load_assignment("toy", Project.of_config(course / "grading.yml"))
 
 
 @pytest.fixture

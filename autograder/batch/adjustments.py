@@ -26,7 +26,7 @@ from autograder.batch.records import Adjustment
 from autograder.batch.similarity import load_similarity
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.late_policy import parse_timestamp
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 
 GRADEBOOK = "gradebook.sqlite"
 
@@ -40,15 +40,14 @@ class Adjusted:
 
 
 def override(out: Path, assignment: str, sid: str, reason: str, score: float | None = None,
-             clear: bool = False, by: str | None = None,
-             config_path: Path = GRADING_CONFIG) -> Adjusted:
+             clear: bool = False, by: str | None = None, *, project: Project) -> Adjusted:
     """Give student `sid` the score `score` in every export of OUT (or, with `clear`, their
     graded score again), for `reason`; then write the class outputs again. Raises BatchError
     for a student not in the gradebook, a score outside 0..the assignment's total, or no
     reason."""
     if (score is None) == (not clear):
         raise BatchError("give either a score (--score) or --clear")
-    spec = load_assignment(assignment, config_path)
+    spec = load_assignment(assignment, project)
     total = spec.config.multiple_choice.points + spec.config.coding.points
     if score is not None and not 0 <= score <= total:
         raise BatchError(f"--score {score:g} is not between 0 and {assignment}'s total, "
@@ -63,15 +62,14 @@ def override(out: Path, assignment: str, sid: str, reason: str, score: float | N
 
 
 def extend(out: Path, assignment: str, sid: str, reason: str, until: str | None = None,
-           clear: bool = False, by: str | None = None,
-           config_path: Path = GRADING_CONFIG) -> Adjusted:
+           clear: bool = False, by: str | None = None, *, project: Project) -> Adjusted:
     """Move student `sid`'s due date to `until` (ISO 8601 with a time zone, after the
     assignment's due date) for `reason`, or with `clear` back to the assignment's. Applied by
     the next batch, which regrades their submission; a student not graded yet may be given
     one too (it applies when they are)."""
     if (until is None) == (not clear):
         raise BatchError("give either a due date (--until) or --clear")
-    spec = load_assignment(assignment, config_path)
+    spec = load_assignment(assignment, project)
     due = spec.config.due
     if due is None:
         raise BatchError(f"{assignment} has no due date in grading.yml: there is nothing to "

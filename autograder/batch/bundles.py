@@ -18,6 +18,10 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autograder.project.paths import Project
 
 FORMAT = 1  # of the dicts below; a worker refuses another
 # An assignment is a few hundred KiB of tests and YAML; far more is a mistake (a dataset copied
@@ -161,7 +165,7 @@ def unpack_submission(packed: dict, into: Path) -> Path:
 # ----------------------------------------------------------------------------- assignments
 
 
-def pack_assignment(name: str, config_path: Path) -> dict:
+def pack_assignment(name: str, project: Project) -> dict:
     """One immutable bundle of an assignment version, as plain data: what a worker needs to
     load and grade it, with the versions the driver's gradebook records (the worker checks
     that it computes the same ones). Raises PackError when it is over the limits."""
@@ -169,14 +173,13 @@ def pack_assignment(name: str, config_path: Path) -> dict:
 
     from autograder.batch.fingerprints import assignment_version, grader_version
     from autograder.project.assignment import load_assignment
-    from autograder.project.paths import SCHEMAS_DIR
 
-    spec = load_assignment(name, config_path)
-    raw = yaml.safe_load(config_path.read_text())
+    spec = load_assignment(name, project)
+    raw = yaml.safe_load(project.config.read_text())
     # Only this assignment's entry: the others' configuration is none of a worker's business.
     config = {**raw, "assignments": {name: raw["assignments"][name]}}
     files: list[list] = [["grading.yml", yaml.safe_dump(config, sort_keys=False).encode()]]
-    for schema in sorted(SCHEMAS_DIR.glob("*.json")):
+    for schema in sorted(project.schemas.glob("*.json")):
         files.append([f"schemas/{schema.name}", schema.read_bytes()])
     for path in sorted(spec.root.rglob("*")):
         relative = path.relative_to(spec.root).as_posix()

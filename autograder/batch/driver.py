@@ -50,7 +50,7 @@ from autograder.grading.submission_status import derive, take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
 from autograder.project.late_policy import parse_timestamp
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
 
@@ -126,12 +126,12 @@ class _Planned:
 
 def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
           backend: str = "local", address: str | None = None, force: bool = False,
-          only: list[str] | None = None, config_path: Path = GRADING_CONFIG,
+          only: list[str] | None = None, *, project: Project,
           progress: bool = True, detail: bool = False,
           canvas_id: str | None = None) -> BatchSummary:
-    """Grade every submission under `submissions` that needs it; write the class outputs
-    (`detail`: grades.csv gets a column per hidden test; `canvas_id`: the Canvas assignment
-    that canvas_grades.csv's column names).
+    """Grade every submission under `submissions` that needs it, for an assignment of
+    `project`; write the class outputs (`detail`: grades.csv gets a column per hidden test;
+    `canvas_id`: the Canvas assignment that canvas_grades.csv's column names).
 
     Ctrl-C or SIGTERM while grading writes the class outputs for what has finished, then
     raises BatchInterrupted.
@@ -150,10 +150,10 @@ def batch(submissions: Path, assignment: str, out: Path, jobs: int = 2,
                          f"assignment's address (.../assignments/12345), not {canvas_id!r}")
     if backend == "local" or address is None:
         detect()  # before anyone is graded: not N grader errors for one set-up problem
-    spec = load_assignment(assignment, config_path)
+    spec = load_assignment(assignment, project)
     out.mkdir(parents=True, exist_ok=True)
     with exclusive(out), _sigterm_interrupts():
-        return _batch(submissions, spec, out, jobs, backend, address, force, only, config_path,
+        return _batch(submissions, spec, out, jobs, backend, address, force, only,
                       progress, started, detail, canvas_id)
 
 
@@ -189,7 +189,7 @@ def exclusive(out: Path) -> Iterator[None]:
 
 
 def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: str,
-           address: str | None, force: bool, only: list[str] | None, config_path: Path,
+           address: str | None, force: bool, only: list[str] | None,
            progress: bool, started: float, detail: bool,
            canvas_id: str | None = None) -> BatchSummary:
     assignment = spec.name
@@ -202,7 +202,7 @@ def _batch(submissions: Path, spec: Assignment, out: Path, jobs: int, backend: s
         gpu_now = backend == "local" and gpu_device_present()
         extensions = book.in_force("extension")
         for submission in chosen:
-            planned = _plan(submission, spec, out, config_path, extensions)
+            planned = _plan(submission, spec, out, extensions)
             if not (force or only) and _reports_in_place(submission, out) and book.is_current(
                     submission.key, planned.content_hash, *versions, planned.late,
                     planned.shown_at, gpu_now):
@@ -340,7 +340,7 @@ def _select(submissions: list[ClassSubmission], only: list[str] | None) -> list[
     return chosen
 
 
-def _plan(submission: ClassSubmission, spec: Assignment, out: Path, config_path: Path,
+def _plan(submission: ClassSubmission, spec: Assignment, out: Path,
           extensions: dict[str, Adjustment]) -> _Planned:
     # The same late entry as grading computes from the same dates (and as a Gradescope run
     # of this submission does): kept for the gradebook's record and currency check. A TA's
@@ -352,7 +352,7 @@ def _plan(submission: ClassSubmission, spec: Assignment, out: Path, config_path:
     late = late_entry(spec.config, dates)
     staging = out / ".staging" / submission.key
     task = GradeTask(key=submission.key, submission=str(submission.path), out=str(staging),
-                     assignment=spec.name, config_path=str(config_path.resolve()), dates=dates)
+                     assignment=spec.name, config_path=str(spec.project.config), dates=dates)
     return _Planned(submission, tree_hash(submission.path), late,
                     results_shown_at(spec.config, dates), task)
 

@@ -7,8 +7,9 @@ it needs nothing of the driver's file system: the assignment arrives once as a b
 Ray's object store), each submission as packed bytes, and the reports go back as bytes. Its own
 folders are temporary folders of its node, readable by the grader's user alone.
 
-This module is imported by Ray before the actor starts, so it imports nothing of the grader at
-its top: `autograder.project.paths` must first see the bundle's project root (see `__init__`).
+This module is imported by Ray before the actor starts, so it imports the grading modules only
+in `_set_up`; the worker's project is the unpacked bundle (its grading.yml, which each task
+names), never the node's working folder.
 """
 
 from __future__ import annotations
@@ -70,12 +71,6 @@ class RayGrader:
         # Sandboxes of the workers on this node share its memory (sandbox.sandbox_memory_bytes).
         os.environ["AUTOGRADER_SANDBOX_SHARE"] = str(max(1, share))
         os.chdir(self.root)
-        from autograder.project import paths
-
-        if paths.ROOT != self.root:
-            raise RuntimeError(f"autograder.project.paths was imported before the bundle was "
-                               f"unpacked (its root is {paths.ROOT}); this Ray worker process "
-                               "was reused")
         from autograder.batch.fingerprints import assignment_version, grader_version
         from autograder.batch.worker import Worker, _assignment
 

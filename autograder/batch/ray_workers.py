@@ -72,11 +72,13 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
     from autograder.batch.bundles import pack_assignment
     from autograder.batch.ray_grader import RayGrader
     from autograder.project.config import assignment_config
+    from autograder.project.paths import Project
 
     first = tasks[0]
     if any((t.assignment, t.config_path) != (first.assignment, first.config_path) for t in tasks):
         raise ValueError("one batch grades one assignment")
-    bundle = pack_assignment(first.assignment, Path(first.config_path))
+    project = Project.of_config(Path(first.config_path), "named by the batch's task")
+    bundle = pack_assignment(first.assignment, project)
     ray = _import_ray()
     started_here = _connect(ray, address, jobs)  # our local instance, or None
     try:
@@ -93,7 +95,7 @@ def run_ray(tasks: list[GradeTask], jobs: int, address: str | None = None,
             # re-run on a restarted actor behind our back.
             max_restarts=0, max_task_retries=0)
         share = capacity_per_node(ray, "GPU" if gpus else "CPU")
-        budget = assignment_config(first.assignment, Path(first.config_path)).submission_timeout
+        budget = assignment_config(first.assignment, project).submission_timeout
         deadlines = Deadlines(budget + GRADING_MARGIN, START_SECONDS, asks,
                               f"timeouts.submission {budget:g} s + {GRADING_MARGIN:g} s")
         yield from _collect(ray, tasks, workers, actor, ray.put(bundle), share, deadlines)

@@ -17,13 +17,15 @@ from pathlib import Path
 from autograder.batch.records import GradeOutcome, GradeTask
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import Assignment, load_assignment
+from autograder.project.paths import Project
 from autograder.protocol.fork_channel import start_runner_server
 
 
 @lru_cache(maxsize=4)
 def _assignment(name: str, config_path: str) -> Assignment:
-    # Loaded once per worker: the bank and config are the same for every task of a batch.
-    return load_assignment(name, Path(config_path))
+    # Loaded once per worker: the bank and config are the same for every task of a batch. The
+    # project is the one whose grading.yml the driver (or the Ray bundle) named.
+    return load_assignment(name, Project.of_config(Path(config_path), "named by the batch's task"))
 
 
 class Worker:

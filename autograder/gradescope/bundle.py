@@ -36,6 +36,7 @@ from importlib import metadata
 from pathlib import Path
 
 from autograder.grading.submission import upload_path
+from autograder.project.paths import Project
 
 GRADESCOPE_ROOT_ENV = "AUTOGRADER_GRADESCOPE_ROOT"  # tests only: a stand-in for /autograder
 PYTHON_ENV = "AUTOGRADER_PYTHON"  # tests only: the Python to run instead of the bundle's venv
@@ -145,15 +146,13 @@ exit 0
 """
 
 
-def bundle_files(name: str, config_path: Path) -> dict[str, bytes]:
+def bundle_files(name: str, project: Project) -> dict[str, bytes]:
     """Every file of the Gradescope bundle, by path relative to the zip's root."""
     from autograder.project.assignment import load_assignment
     from autograder.project.paths import PACKAGE_ROOT as ENGINE_ROOT
-    from autograder.project.paths import SCHEMAS_DIR
-    from autograder.release.build import IGNORED_NAMES, Project, ReleaseError
+    from autograder.release.build import IGNORED_NAMES, ReleaseError, torch_requirement
 
-    assignment = load_assignment(name, config_path)  # a broken config or bank stops here
-    project = Project(config_path)
+    assignment = load_assignment(name, project)  # a broken config or bank stops here
     files: dict[str, bytes] = {}
 
     def add_tree(source: Path, target: str, skip: tuple[str, ...] = ()) -> None:
@@ -170,36 +169,34 @@ def bundle_files(name: str, config_path: Path) -> dict[str, bytes]:
         if not (ENGINE_ROOT / name_).is_file():
             raise ReleaseError(f"{ENGINE_ROOT / name_} is missing: cannot bundle the engine")
         files[name_] = (ENGINE_ROOT / name_).read_bytes()
-    add_tree(SCHEMAS_DIR, "schemas")
-    files["grading.yml"] = config_path.read_bytes()
+    add_tree(project.schemas, "schemas")
+    files["grading.yml"] = project.config.read_bytes()
     add_tree(assignment.root, f"assignments/{name}", skip=LEFT_OUT)
-    torch = project.torch_requirement()
+    torch = torch_requirement(project)
     files["requirements.txt"] = pinned_requirements(torch).encode()
     files["setup.sh"] = setup_script(torch).encode()
     files["run_autograder"] = run_script(name).encode()
     return files
 
 
-def bundle_path(name: str, config_path: Path) -> Path:
-    from autograder.release.build import Project
-
-    return Project(config_path).dist_dir / f"{name}-gradescope.zip"
+def bundle_path(name: str, project: Project) -> Path:
+    return project.dist / f"{name}-gradescope.zip"
 
 
-def build_bundle(name: str, config_path: Path, out: Path | None = None) -> Path:
+def build_bundle(name: str, project: Project, out: Path | None = None) -> Path:
     """Write dist/<name>-gradescope.zip (or `out`) and return its path.
 
     Refused while the student templates are out of date: students would get one version of the
     assignment and Gradescope would grade another."""
-    from autograder.release.build import Project, ReleaseError, check_templates, write_zip
+    from autograder.release.build import ReleaseError, check_templates, write_zip
 
-    drift = check_templates([name], Project(config_path))
+    drift = check_templates([name], project)
     if drift:
         raise ReleaseError(f"{name}: the student templates are out of date, so the bundle would "
                            f"grade another version than students have; run `autograder release "
                            f"-a {name}` first:\n  " + "\n  ".join(drift))
-    files = bundle_files(name, config_path)
-    path = out or bundle_path(name, config_path)
+    files = bundle_files(name, project)
+    path = out or bundle_path(name, project)
     write_zip(files, "", path)
     return path
 
@@ -245,13 +242,13 @@ def submitter_names(metadata_path: Path) -> str:
         return ""
 
 
-def _grade_timeout(assignment: str) -> float:
+def _grade_timeout(assignment: str, project: Project) -> float:
     if os.environ.get(TIMEOUT_ENV):
         return float(os.environ[TIMEOUT_ENV])
     try:
         from autograder.project.config import assignment_config
 
-        return assignment_config(assignment).submission_timeout + GRADING_MARGIN_S
+        return assignment_config(assignment, project).submission_timeout + GRADING_MARGIN_S
     except Exception:  # a broken config is reported by `autograder grade` itself
         return 1800.0
 
@@ -263,18 +260,20 @@ def _write_json(path: Path, document: dict) -> None:
     partial.replace(path)
 
 
-def _grade(submission: Path, assignment: str, results_dir: Path, metadata_path: Path,
-           staff_dir: Path) -> str | None:
+def _grade(submission: Path, assignment: str, project: Project, results_dir: Path,
+           metadata_path: Path, staff_dir: Path) -> str | None:
     """Run `autograder grade` in a child process; the error text, or None when it succeeded."""
     command = [sys.executable, "-m", "autograder.cli", "grade", str(submission),
                "--assignment", assignment, "--out", str(results_dir),
                "--staff-out", str(staff_dir)]
     if metadata_path.is_file():  # the late policy and the release dates, as a batch has them
         command += ["--metadata", str(metadata_path)]
-    timeout = _grade_timeout(assignment)
+    timeout = _grade_timeout(assignment, project)
     # Own session, so a timeout ends the grader's whole process tree.
+    # The child acts on this process's project (AUTOGRADER_ROOT, as run_autograder sets it).
+    env = {**os.environ, "AUTOGRADER_ROOT": str(project.root)}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -291,25 +290,27 @@ def _grade(submission: Path, assignment: str, results_dir: Path, metadata_path: 
     return None
 
 
-def run_in_container(root: Path, assignment: str) -> int:
-    """Grade `root`/submission into `root`/results/results.json; always leaves a valid file."""
+def run_in_container(root: Path, assignment: str, project: Project) -> int:
+    """Grade `root`/submission for an assignment of `project` (the bundle's source folder) into
+    `root`/results/results.json; always leaves a valid file."""
     started = time.monotonic()
     results = root / "results" / "results.json"
     # The staff's full report: private (0700), outside what Gradescope shows students.
     staff = Path(tempfile.mkdtemp(prefix="autograder-staff-"))
     try:
-        return _run(root, assignment, results, staff, started)
+        return _run(root, assignment, project, results, staff, started)
     finally:
         shutil.rmtree(staff, ignore_errors=True)
 
 
-def _run(root: Path, assignment: str, results: Path, staff: Path, started: float) -> int:
+def _run(root: Path, assignment: str, project: Project, results: Path, staff: Path,
+         started: float) -> int:
     try:
         results.parent.mkdir(parents=True, exist_ok=True)
         results.unlink(missing_ok=True)
         metadata_path = root / "submission_metadata.json"
         names = submitter_names(metadata_path)
-        error = _grade(upload_path(root / "submission"), assignment, results.parent,
+        error = _grade(upload_path(root / "submission"), assignment, project, results.parent,
                        metadata_path, staff)
         if error is None:
             from autograder.project.schemas import validate
@@ -317,7 +318,7 @@ def _run(root: Path, assignment: str, results: Path, staff: Path, started: float
             document = json.loads(results.read_text(encoding="utf-8"))
             if names:
                 document["output"] = f"Submitted by {names}.\n\n{document.get('output', '')}"
-            validate(document, "gradescope_results.schema.json", "results.json")
+            validate(document, "gradescope_results.schema.json", "results.json", project.schemas)
             _write_json(results, document)
             _print_status(results.parent, staff, None)
             return 0
@@ -357,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path(os.environ.get(GRADESCOPE_ROOT_ENV) or "/autograder"))
     parser.add_argument("--assignment", required=True)
     args = parser.parse_args(argv)
-    return run_in_container(args.root, args.assignment)
+    # This process's one project: run_autograder sets AUTOGRADER_ROOT to the bundle's source.
+    return run_in_container(args.root, args.assignment, Project.find())
 
 
 if __name__ == "__main__":

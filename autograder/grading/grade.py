@@ -34,7 +34,7 @@ from autograder.grading.supervisor import SuiteRun, run_hidden_tests
 from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import MAX_MESSAGE, clip, label
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 from autograder.protocol.fork_channel import RunnerServer, start_runner_server
 from autograder.questions.answers import INVALID, UNANSWERED, grade_answers
 from autograder.sandbox_runtime import cells
@@ -42,9 +42,10 @@ from autograder.student_files import check as student_check
 
 
 def grade(submission: Path, assignment: str, out: Path,
-          config_path: Path = GRADING_CONFIG, dates: SubmissionDates | None = None,
+          project: Project, dates: SubmissionDates | None = None,
           staff_out: Path | None = None) -> Report:
-    """Grade `submission` (a folder or a .zip) and write results.json and the reports to `out`
+    """Grade `submission` (a folder or a .zip) for an assignment of `project` and write
+    results.json and the reports to `out`
     (what students may see of them; `staff_out`: the full copy too). `dates`: when it was
     submitted (the late policy) and the student's own dates (an extension)."""
     started = time.monotonic()
@@ -53,7 +54,7 @@ def grade(submission: Path, assignment: str, out: Path,
     # share them, where a cold runner and a cold zygote would each import torch again.
     runners = start_runner_server()
     try:
-        spec = load_assignment(assignment, config_path)
+        spec = load_assignment(assignment, project)
         return grade_loaded(submission, spec, out, started, dates=dates, runners=runners,
                             staff_out=staff_out)
     finally:
@@ -95,8 +96,8 @@ def grade_measured(submission: Path, assignment: Assignment, out: Path,
             shutil.rmtree(workdir, ignore_errors=True)
     report.release = release.record(report.tests)
     if staff_out is not None:
-        write_outputs(report, staff_out, students=False)
-    return write_outputs(report, out), suite
+        write_outputs(report, staff_out, assignment.project.schemas, students=False)
+    return write_outputs(report, out, assignment.project.schemas), suite
 
 
 def _grade(submission: Path, assignment: Assignment, workdir: Path, started: float,

@@ -274,8 +274,9 @@ def _part_views(report: Report) -> list[_PartView]:
 REPORT_FILES = ("results.json", "report.json", "report.md", "report.html")
 
 
-def write_outputs(report: Report, out: Path, students: bool = True) -> Report:
-    """Write the four files; JSON is validated first, and each file is replaced atomically.
+def write_outputs(report: Report, out: Path, schemas: Path, students: bool = True) -> Report:
+    """Write the four files; JSON is validated first (against the schemas of the folder
+    `schemas`, the project's), and each file is replaced atomically.
     They hold what students may see of `report` (student_view); with `students=False`, all of
     it (the staff's copy).
 
@@ -283,12 +284,12 @@ def write_outputs(report: Report, out: Path, students: bool = True) -> Report:
     no file exceeds MAX_FILE_BYTES (callers keep that one, e.g. for the gradebook), in full.
     """
     out.mkdir(parents=True, exist_ok=True)
-    written, files = report, _render(report, students)
+    written, files = report, _render(report, schemas, students)
     for output_limit, message_limit in _SHRINK_STEPS:
         if max(len(text.encode("utf-8")) for text in files.values()) <= MAX_FILE_BYTES:
             break
         written = _shrunk(report, output_limit, message_limit)
-        files = _render(written, students)
+        files = _render(written, schemas, students)
     for name, text in files.items():
         tmp = out / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8")
@@ -296,12 +297,12 @@ def write_outputs(report: Report, out: Path, students: bool = True) -> Report:
     return written
 
 
-def _render(report: Report, students: bool = True) -> dict[str, str]:
+def _render(report: Report, schemas: Path, students: bool = True) -> dict[str, str]:
     if students:
         report = student_view(report)
     results, data = gradescope_results(report, students=False), report.to_json()
-    validate(results, "gradescope_results.schema.json", "results.json")
-    validate(data, "report.schema.json", "report.json")
+    validate(results, "gradescope_results.schema.json", "results.json", schemas)
+    validate(data, "report.schema.json", "report.json", schemas)
     context = {"r": report, "parts": _part_views(report), "part_titles": PART_TITLES,
                "counted": counted_note(report), "when": release_of(report).when(),
                "part_rows": [part_row(report, p.name) for p in report.parts]}

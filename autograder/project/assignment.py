@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.project.config import AssignmentConfig, ConfigError, assignment_config
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 from autograder.project.question_bank import QuestionBank, load_bank
 
 
@@ -16,6 +16,7 @@ class Assignment:
     root: Path
     config: AssignmentConfig
     bank: QuestionBank
+    project: Project  # whose schemas its reports are checked against
 
     @property
     def solution(self) -> Path:
@@ -34,21 +35,19 @@ class Assignment:
         return self.root / "tests" / "public"
 
 
-def load_assignment(name: str, config_path: Path = GRADING_CONFIG) -> Assignment:
-    """Load and cross-check an assignment; a mismatch raises ConfigError with the numbers.
-
-    Assignments live in the `assignments/` folder next to the grading.yml that configures them.
-    """
-    config = assignment_config(name, config_path)
-    root = config_path.resolve().parent / "assignments" / name
+def load_assignment(name: str, project: Project) -> Assignment:
+    """Load and cross-check an assignment of `project`; a mismatch raises ConfigError with the
+    numbers."""
+    config = assignment_config(name, project)
+    root = project.assignments / name
     if not root.is_dir():
         raise ConfigError(f"assignment folder {root} does not exist")
-    bank = load_bank(root / "questions.yml")
+    bank = load_bank(root / "questions.yml", project.schemas)
     if abs(bank.total_points - config.multiple_choice.points) > 1e-9:
         raise ConfigError(
             f"the questions of {name} add up to {bank.total_points:g} points, but grading.yml "
             f"gives multiple_choice {config.multiple_choice.points:g}")
-    assignment = Assignment(name, root, config, bank)
+    assignment = Assignment(name, root, config, bank, project)
     for path in (assignment.hidden_tests, assignment.probes):
         if not path.exists():
             raise ConfigError(f"{name}: {path} is missing")

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from autograder.project.late_policy import LatePolicy, parse_timestamp
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 from autograder.project.schemas import SchemaError, validate, with_defaults
 
 
@@ -44,10 +44,11 @@ def sandbox_limits(limits: dict, timeouts: dict) -> SandboxLimits:
         disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"])
 
 
-def default_limits(**overrides: float) -> SandboxLimits:
-    """The limits of an assignment whose grading.yml sets none (the schema's defaults), with
-    `overrides` (SandboxLimits field names) applied: for tests and benchmarks."""
-    defaults = with_defaults({"limits": {}, "timeouts": {}}, "grading.schema.json",
+def default_limits(schemas: Path, **overrides: float) -> SandboxLimits:
+    """The limits of an assignment whose grading.yml sets none (the defaults of the schema in
+    folder `schemas`), with `overrides` (SandboxLimits field names) applied: for tests and
+    benchmarks."""
+    defaults = with_defaults({"limits": {}, "timeouts": {}}, "grading.schema.json", schemas,
                              "#/$defs/assignment")
     limits = sandbox_limits(defaults["limits"], defaults["timeouts"])
     return SandboxLimits(**{**limits.__dict__, **overrides})
@@ -98,8 +99,10 @@ class AssignmentConfig:
     similarity: SimilarityPolicy  # grading.yml's `similarity` (batch grading)
 
 
-def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
-    """Every assignment of a grading.yml, validated; errors name the path of the bad key."""
+def load_config(project: Project) -> dict[str, AssignmentConfig]:
+    """Every assignment of the project's grading.yml, validated against the project's schema;
+    errors name the path of the bad key."""
+    path = project.config
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -107,17 +110,17 @@ def load_config(path: Path = GRADING_CONFIG) -> dict[str, AssignmentConfig]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     try:
-        validate(raw, "grading.schema.json", path.name)
+        validate(raw, "grading.schema.json", path.name, project.schemas)
     except SchemaError as exc:
         raise ConfigError(str(exc)) from None
-    raw = with_defaults(raw, "grading.schema.json")
+    raw = with_defaults(raw, "grading.schema.json", project.schemas)
     return {name: _assignment(name, a) for name, a in raw["assignments"].items()}
 
 
-def assignment_config(name: str, path: Path = GRADING_CONFIG) -> AssignmentConfig:
-    configs = load_config(path)
+def assignment_config(name: str, project: Project) -> AssignmentConfig:
+    configs = load_config(project)
     if name not in configs:
-        raise ConfigError(f"{path.name} has no assignment {name!r} (it has: "
+        raise ConfigError(f"{project.config.name} has no assignment {name!r} (it has: "
                           f"{', '.join(sorted(configs))})")
     return configs[name]
 

@@ -12,8 +12,9 @@ RELATIVE = Path("docs") / "grading.md"  # in the engine's tree, and in a project
 DOCS = PACKAGE_ROOT / RELATIVE
 
 
-def render() -> str:
-    schema = load_schema("grading.schema.json")
+def render(schemas: Path) -> str:
+    """docs/grading.md from the grading schema of the folder `schemas` (the project's)."""
+    schema = load_schema("grading.schema.json", schemas)
     rows: list[tuple[str, str, str, str]] = []
     _walk(schema, schema, "", rows)
     lines = [

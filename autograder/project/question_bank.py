@@ -27,13 +27,14 @@ from typing import Any, Literal
 import jsonschema
 import yaml
 
-from autograder.project.paths import ASSIGNMENTS_DIR, SCHEMAS_DIR
+from autograder.project.paths import Project
+from autograder.project.schemas import load_schema
 
 # Where a question's snippet is run (its `expect` names the outcome in each).
 Environment = Literal["no_gpu", "one_gpu", "multi_gpu"]
 ENVIRONMENTS: tuple[Environment, ...] = ("no_gpu", "one_gpu", "multi_gpu")
 
-QUESTIONS_SCHEMA_PATH = SCHEMAS_DIR / "questions.schema.json"
+QUESTIONS_SCHEMA = "questions.schema.json"
 
 
 class QuestionBankError(ValueError):
@@ -102,12 +103,8 @@ class QuestionBank:
         return sum(q.points for q in self.questions)
 
 
-def bank_path(assignment: str) -> Path:
-    return ASSIGNMENTS_DIR / assignment / "questions.yml"
-
-
-def _questions_schema() -> dict[str, Any]:
-    return json.loads(QUESTIONS_SCHEMA_PATH.read_text(encoding="utf-8"))
+def bank_path(project: Project, assignment: str) -> Path:
+    return project.assignments / assignment / "questions.yml"
 
 
 def _where(data: Any, path: list[Any]) -> str:
@@ -122,8 +119,8 @@ def _where(data: Any, path: list[Any]) -> str:
     return ".".join(str(p) for p in path) or "top level"
 
 
-def _schema_errors(data: Any) -> list[str]:
-    validator = jsonschema.Draft202012Validator(_questions_schema())
+def _schema_errors(data: Any, schemas: Path) -> list[str]:
+    validator = jsonschema.Draft202012Validator(load_schema(QUESTIONS_SCHEMA, schemas))
     errors = []
     for error in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.path))):
         # oneOf/anyOf failures say little; the closest sub-error says what to fix.
@@ -171,12 +168,13 @@ def _question_errors(index: int, raw: dict[str, Any]) -> list[str]:
     return errors
 
 
-def validate_bank_data(data: Any) -> list[str]:
-    """Every problem with parsed bank data; empty when it is a valid bank."""
+def validate_bank_data(data: Any, schemas: Path) -> list[str]:
+    """Every problem with parsed bank data (its shape checked against the questions schema of
+    the folder `schemas`); empty when it is a valid bank."""
     if not isinstance(data, dict):
         return [f"top level: expected a mapping with 'assignment' and 'questions', "
                 f"got {type(data).__name__}"]
-    errors = _schema_errors(data)
+    errors = _schema_errors(data, schemas)
     if errors:
         return errors  # the cross-key checks below assume the schema's shape
     seen: dict[str, int] = {}
@@ -198,8 +196,8 @@ def _outcome(raw: dict[str, Any]) -> Outcome:
     )
 
 
-def bank_from_data(data: Any, source: Path | str = "<data>") -> QuestionBank:
-    errors = validate_bank_data(data)
+def bank_from_data(data: Any, schemas: Path, source: Path | str = "<data>") -> QuestionBank:
+    errors = validate_bank_data(data, schemas)
     if errors:
         raise QuestionBankError(source, errors)
     questions = []
@@ -274,8 +272,9 @@ def bank_warnings(bank: QuestionBank) -> list[str]:
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def load_bank(path: Path) -> QuestionBank:
-    """Load and validate a bank; raises QuestionBankError listing every problem."""
+def load_bank(path: Path, schemas: Path) -> QuestionBank:
+    """Load and validate a bank (against the questions schema of the folder `schemas`); raises
+    QuestionBankError listing every problem."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -287,7 +286,7 @@ def load_bank(path: Path) -> QuestionBank:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise QuestionBankError(path, [f"{where}YAML error: {problem}"]) from None
-    bank = bank_from_data(data, path)
+    bank = bank_from_data(data, schemas, path)
     bank.warnings = bank_warnings(bank)
     for warning in bank.warnings:
         warnings.warn(f"{path}: {warning}", QuestionBankWarning, stacklevel=2)

@@ -1,15 +1,18 @@
-"""The project's JSON Schemas: loading, validation with readable errors, and their defaults."""
+"""The project's JSON Schemas: loading, validation with readable errors, and their defaults.
+
+Every function takes the folder of schemas to read (`Project.schemas`): the caller's project
+decides which, never the working folder at import.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import jsonschema
-
-from autograder.project.paths import SCHEMAS_DIR
 
 
 class SchemaError(ValueError):
@@ -17,13 +20,14 @@ class SchemaError(ValueError):
 
 
 @cache
-def load_schema(name: str) -> dict:
-    return json.loads((SCHEMAS_DIR / name).read_text())
+def load_schema(name: str, schemas: Path) -> dict:
+    """Schema `name` of the folder `schemas`, read once per process."""
+    return json.loads((schemas / name).read_text())
 
 
-def validate(document: Any, schema_name: str, label: str) -> None:
+def validate(document: Any, schema_name: str, label: str, schemas: Path) -> None:
     """Raise SchemaError listing every problem as 'label: a.b.c: message'."""
-    schema = load_schema(schema_name)
+    schema = load_schema(schema_name, schemas)
     validator = jsonschema.Draft202012Validator(
         schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path)))
@@ -33,10 +37,10 @@ def validate(document: Any, schema_name: str, label: str) -> None:
         raise SchemaError("\n".join(lines))
 
 
-def with_defaults(document: Any, schema_name: str, node: str = "#") -> Any:
+def with_defaults(document: Any, schema_name: str, schemas: Path, node: str = "#") -> Any:
     """A copy of `document` with every missing key that has a schema default filled in;
     `node` (a JSON pointer such as "#/$defs/assignment"): the part of the schema it follows."""
-    schema = load_schema(schema_name)
+    schema = load_schema(schema_name, schemas)
     start = schema if node == "#" else _resolve(node, schema)
     return _fill(copy.deepcopy(document), start, schema)
 

@@ -30,8 +30,8 @@ from autograder.project import budgets
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.config import load_config
 from autograder.project.markers import reference, strip_solutions
-from autograder.project.paths import GRADING_CONFIG
 from autograder.project.paths import PACKAGE_ROOT as ENGINE_ROOT
+from autograder.project.paths import Project
 from autograder.project.question_bank import QuestionBank, render_answers_schema
 from autograder.release.otter import OtterError, otter_files
 from autograder.student_files import check as student_check
@@ -55,37 +55,21 @@ class ReleaseError(Exception):
         super().__init__("\n  - ".join([message, *self.problems]))
 
 
-@dataclass(frozen=True)
-class Project:
-    """Where one course's files live: everything is relative to its grading.yml."""
+def assignment_names(project: Project) -> list[str]:
+    """The assignments of the project's grading.yml, in its order."""
+    return list(load_config(project))
 
-    config_path: Path = GRADING_CONFIG
 
-    @property
-    def root(self) -> Path:
-        return self.config_path.resolve().parent
-
-    @property
-    def templates_dir(self) -> Path:
-        return self.root / "student_templates"
-
-    @property
-    def dist_dir(self) -> Path:
-        return self.root / "dist"
-
-    def assignment_names(self) -> list[str]:
-        return list(load_config(self.config_path))
-
-    def torch_requirement(self) -> str:
-        """The torch pin of the Makefile (`TORCH ?= torch==X`): one version everywhere."""
-        for folder in (self.root, ENGINE_ROOT):
-            makefile = folder / "Makefile"
-            if makefile.is_file():
-                found = re.search(r"^TORCH\s*\?=\s*(\S+)", makefile.read_text(), re.MULTILINE)
-                if found:
-                    return found.group(1)
-        raise ReleaseError(f"no `TORCH ?= torch==...` line in a Makefile at {self.root} or "
-                           f"{ENGINE_ROOT}: the torch pin must come from one place")
+def torch_requirement(project: Project) -> str:
+    """The torch pin of the Makefile (`TORCH ?= torch==X`): one version everywhere."""
+    for folder in (project.root, ENGINE_ROOT):
+        makefile = folder / "Makefile"
+        if makefile.is_file():
+            found = re.search(r"^TORCH\s*\?=\s*(\S+)", makefile.read_text(), re.MULTILINE)
+            if found:
+                return found.group(1)
+    raise ReleaseError(f"no `TORCH ?= torch==...` line in a Makefile at {project.root} or "
+                       f"{ENGINE_ROOT}: the torch pin must come from one place")
 
 
 # ----------------------------------------------------------------------------- generation
@@ -586,8 +570,8 @@ def release(name: str, project: Project, run_self_check: bool = True,
             log: Log = print, otter_dir: Path | None = None) -> Released:
     """Self-check, then write student_templates/<name>/ and dist/<name>-student.zip; with
     `otter_dir`, the otter master folder there too (instructors only: it holds the solution)."""
-    assignment = load_assignment(name, project.config_path)
-    files = student_files(assignment, project.torch_requirement())
+    assignment = load_assignment(name, project)
+    files = student_files(assignment, torch_requirement(project))
     otter = None
     if otter_dir is not None:  # generated before the slow self-check, so it fails first
         try:
@@ -605,10 +589,10 @@ def release(name: str, project: Project, run_self_check: bool = True,
             log(f"  recorded the reference's time of "
                 f"{_count(len(checked.timings.tests), 'hidden test')} "
                 f"in {assignment.root.name}/{budgets.TIMINGS_NAME}")
-    folder = project.templates_dir / name
+    folder = project.templates / name
     drift = template_drift(files, folder)
     write_template(files, folder)
-    zip_path = project.dist_dir / f"{name}-student.zip"
+    zip_path = project.dist / f"{name}-student.zip"
     write_zip(files, f"{name}/", zip_path)
     if otter is not None and otter_dir is not None:
         write_otter_folder(otter, otter_dir)
@@ -626,13 +610,13 @@ def check_templates(names: list[str], project: Project) -> list[str]:
     and recorded reference timings that no longer match the hidden tests."""
     drift = []
     for name in names:
-        assignment = load_assignment(name, project.config_path)
+        assignment = load_assignment(name, project)
         # Without timings.json every test has the flat budget; with one, it must be current.
         why = budgets.stale(assignment.root, assignment.config.module)
         if why is not None and budgets.load(assignment.root) is not None:
             drift.append(f"assignments/{name}/{why}")
-        files = student_files(assignment, project.torch_requirement())
-        folder = project.templates_dir / name
+        files = student_files(assignment, torch_requirement(project))
+        folder = project.templates / name
         drift += [f"{folder.relative_to(project.root)}/{line}"
                   for line in template_drift(files, folder)]
     return drift
@@ -646,9 +630,9 @@ def check_student_folder(folder: Path, module: str | None, project: Project,
     argv = [str(folder)] + (["--no-tests"] if not run_tests else [])
     assignments = {}
     if assignment is not None:
-        module = module or load_assignment(assignment, project.config_path).config.module
+        module = module or load_assignment(assignment, project).config.module
     try:
-        assignments = {c.module: n for n, c in load_config(project.config_path).items()}
+        assignments = {c.module: n for n, c in load_config(project).items()}
     except Exception:  # no usable course config at hand: check.py's own defaults apply
         pass
     module = module or next((m for m in assignments for suffix in (".py", ".ipynb")
@@ -658,7 +642,7 @@ def check_student_folder(folder: Path, module: str | None, project: Project,
         argv += ["--module", module]
     with tempfile.TemporaryDirectory(prefix="check-") as tmp:
         if module in assignments:
-            assignment = load_assignment(assignments[module], project.config_path)
+            assignment = load_assignment(assignments[module], project)
             argv += ["--functions", ",".join(assignment.config.functions)]
             if not (folder / student_check.SCHEMA_NAME).is_file():
                 schema = Path(tmp) / student_check.SCHEMA_NAME

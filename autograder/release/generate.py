@@ -28,8 +28,14 @@ import yaml
 
 from autograder.project import budgets, config_docs
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import Project
 from autograder.project.schemas import with_defaults
-from autograder.release.build import Project, student_files, template_drift, write_template
+from autograder.release.build import (
+    student_files,
+    template_drift,
+    torch_requirement,
+    write_template,
+)
 
 
 @dataclass
@@ -45,8 +51,8 @@ class Outcome:
 
 def generators(project: Project) -> list[str]:
     """The project's generator scripts, grading.yml's `generators` (relative to its root)."""
-    raw = yaml.safe_load(project.config_path.read_text()) or {}
-    return list(with_defaults(raw, "grading.schema.json")["generators"])
+    raw = yaml.safe_load(project.config.read_text()) or {}
+    return list(with_defaults(raw, "grading.schema.json", project.schemas)["generators"])
 
 
 def generate(project: Project, names: list[str], check: bool) -> Outcome:
@@ -60,16 +66,16 @@ def generate(project: Project, names: list[str], check: bool) -> Outcome:
 
 
 def _templates(project: Project, names: list[str], check: bool, outcome: Outcome) -> None:
-    torch = project.torch_requirement()
+    torch = torch_requirement(project)
     for name in names:
-        assignment = load_assignment(name, project.config_path)
+        assignment = load_assignment(name, project)
         # Without timings.json every test has the flat budget; with one, it must be current.
         why = budgets.stale(assignment.root, assignment.config.module)
         if why is not None and budgets.load(assignment.root) is not None:
             line = f"{assignment.root.relative_to(project.root)}/{why}"
             (outcome.stale if check else outcome.problems).append(line)
         files = student_files(assignment, torch)
-        folder = project.templates_dir / name
+        folder = project.templates / name
         where = folder.relative_to(project.root)
         drift = template_drift(files, folder)
         if check:
@@ -85,7 +91,7 @@ def _docs(project: Project, check: bool, outcome: Outcome) -> None:
     path = project.root / config_docs.RELATIVE  # kept current where the project has one
     if not path.is_file():
         return
-    text = config_docs.render()
+    text = config_docs.render(project.schemas)
     if path.read_text() == text:
         return
     where = path.relative_to(project.root)

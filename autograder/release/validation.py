@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autograder.project.assignment import Assignment
 from autograder.project.config import ConfigError, assignment_config
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 from autograder.project.question_bank import (
     QuestionBankError,
     QuestionBankWarning,
@@ -25,9 +25,9 @@ from autograder.project.question_bank import (
 )
 
 
-def check_assignment(name: str, config_path: Path = GRADING_CONFIG,
+def check_assignment(name: str, project: Project,
                      workdir: Path | None = None) -> dict[str, list[str]]:
-    """Every problem of an assignment's sources at once, by file (empty when all is well).
+    """Every problem of an assignment of `project` at once, by file (empty when all is well).
 
     Unlike `load_assignment`, which stops at the first broken file, this goes on: the
     configuration, the question bank, the points between them, probes and the hidden tests
@@ -46,15 +46,15 @@ def check_assignment(name: str, config_path: Path = GRADING_CONFIG,
 
     config = bank = None
     try:
-        config = assignment_config(name, config_path)
+        config = assignment_config(name, project)
     except ConfigError as exc:
-        add(config_path.name, str(exc).splitlines())
-    root = config_path.resolve().parent / "assignments" / name
+        add(project.config.name, str(exc).splitlines())
+    root = project.assignments / name
     if not root.is_dir():
         add(f"assignments/{name}", [f"the assignment folder {root} does not exist"])
         return problems
     try:
-        bank = load_bank(root / "questions.yml")
+        bank = load_bank(root / "questions.yml", project.schemas)
         bank_points: float | None = bank.total_points
     except QuestionBankError as exc:
         add(f"assignments/{name}/questions.yml", exc.errors)
@@ -69,7 +69,7 @@ def check_assignment(name: str, config_path: Path = GRADING_CONFIG,
             add(f"assignments/{name}", [f"{path.relative_to(root)} is missing"])
     if config is None or not (root / "tests" / "hidden").is_dir():
         return problems
-    spec = Assignment(name, root, config, bank)  # type: ignore[arg-type] - tests need no bank
+    spec = Assignment(name, root, config, bank, project)  # type: ignore[arg-type] - tests need no bank
     try:
         with tempfile.TemporaryDirectory(dir=workdir) as folder:
             collect_hidden_tests(spec, Path(folder))
@@ -92,7 +92,7 @@ def _raw_points(path: Path) -> float | None:
         return None
 
 
-def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
+def check_warnings(name: str, project: Project) -> list[str]:
     """What is legal but wrong or giving answers away, beyond `bank_warnings` (empty if none).
 
     - Torch names: an explanation, a key or a distractor (unless its feedback names the same
@@ -102,11 +102,11 @@ def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
       numbers or a number only it holds) found in what a student reads first: the template
       module, its notebook, the student README (`student_templates/<name>/`) or a public test.
     """
-    root = config_path.resolve().parent / "assignments" / name
+    root = project.assignments / name
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", QuestionBankWarning)
-            bank = load_bank(root / "questions.yml")
+            bank = load_bank(root / "questions.yml", project.schemas)
     except QuestionBankError:
         return []  # check_assignment lists those
     texts = [(q.id, where, text) for q in bank.questions for where, text in question_texts(q)]
@@ -114,18 +114,18 @@ def check_warnings(name: str, config_path: Path = GRADING_CONFIG) -> list[str]:
     found = [f"{id_} {where} names {n}, which torch {lookup.version} does not have"
              for id_, where, text in texts for n in lookup.missing_in(text)]
     found += [f"leak: {line}" for q in bank.questions
-              for line in leaks(q, leak_sources(name, config_path))]
+              for line in leaks(q, leak_sources(name, project))]
     return found
 
 
-def leak_sources(name: str, config_path: Path = GRADING_CONFIG) -> dict[str, str]:
+def leak_sources(name: str, project: Project) -> dict[str, str]:
     """What a student reads before the key is out: the template module, its notebook (the
     cells' text), the student README and the public tests, those that exist."""
     import json
 
-    base = config_path.resolve().parent
+    base = project.root
     sources = {}
-    folder = base / "student_templates" / name
+    folder = project.templates / name
     for path in (folder / f"{name}.py", folder / "README.md"):
         if path.is_file():
             sources[str(path.relative_to(base))] = path.read_text(encoding="utf-8")
@@ -139,7 +139,7 @@ def leak_sources(name: str, config_path: Path = GRADING_CONFIG) -> dict[str, str
         except (ValueError, AttributeError, TypeError):
             text = notebook.read_text(encoding="utf-8")  # not JSON: scan it as it is
         sources[str(notebook.relative_to(base))] = text
-    public = base / "assignments" / name / "tests" / "public"
+    public = project.assignments / name / "tests" / "public"
     for path in sorted(public.glob("*.py")) if public.is_dir() else []:
         sources[str(path.relative_to(base))] = path.read_text(encoding="utf-8")
     return sources

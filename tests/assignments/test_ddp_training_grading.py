@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from acceptance import grade_all
+from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
@@ -24,7 +25,7 @@ from autograder.release.build import key_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "make_ddp_training_mutants.py"
-ASSIGNMENT = load_assignment("ddp_training")
+ASSIGNMENT = load_assignment("ddp_training", REPO)
 _spec = importlib.util.spec_from_file_location("make_ddp_training_mutants", SCRIPT)
 GENERATOR = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(GENERATOR)

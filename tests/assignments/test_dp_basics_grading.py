@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 from acceptance import grade_all
+from repo_project import REPO
 
 from autograder.grading.results import Report
 from autograder.grading.results import TestResult as Result  # not a test class
@@ -39,7 +40,7 @@ from autograder.project.schemas import validate
 from autograder.questions.answers import NO_FILE_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENT = load_assignment("dp_basics")
+ASSIGNMENT = load_assignment("dp_basics", REPO)
 PARTIAL_DIR = ASSIGNMENT.root / "examples" / "partial"
 GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.runner.pytest_plugin's fallback
 
@@ -199,7 +200,7 @@ def test_reference_with_the_key_scores_full_marks(graded: Graded) -> None:
         assert any("check real GPUs (worth no points) were not run" in w
                    for w in report.warnings), report.warnings
     results = json.loads((graded.out / "reference" / "results.json").read_text())
-    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
     # What the student sees: the multiple choice is counted once shown, after its due date.
     withheld = report.release["withheld_points"]
     assert withheld in (0, 30) and results["score"] == 100 - withheld

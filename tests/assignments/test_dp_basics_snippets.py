@@ -10,6 +10,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from repo_project import REPO
 
 from autograder.project.question_bank import Outcome, Question, bank_path, load_bank
 from autograder.questions.snippets import (
@@ -22,7 +23,7 @@ from autograder.questions.snippets import (
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
-BANK = load_bank(bank_path("dp_basics"))
+BANK = load_bank(bank_path(REPO, "dp_basics"), REPO.schemas)
 SNIPPET_QUESTIONS = [q for q in BANK.questions if q.snippet is not None]
 
 

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 from acceptance import grade_all
+from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 
 HOSTILE = Path(__file__).parent / "hostile"
-DP_BASICS = load_assignment("dp_basics")
-DDP_TRAINING = load_assignment("ddp_training")
+DP_BASICS = load_assignment("dp_basics", REPO)
+DDP_TRAINING = load_assignment("ddp_training", REPO)
 
 pytestmark = pytest.mark.slow
 

@@ -14,6 +14,7 @@ import copy
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference
@@ -57,14 +58,14 @@ def _bodies(tree: ast.AST) -> list[list[str]]:
 
 
 def reference_pieces(assignment_name: str) -> dict[str, set[tuple[str, ...]]]:
-    solution = load_assignment(assignment_name).solution
+    solution = load_assignment(assignment_name, REPO).solution
     tree = ast.parse(reference(solution.read_text()))
     return {node.name: _windows(_normalised(node.body)) for node in tree.body
             if isinstance(node, ast.FunctionDef)}
 
 
 def sandbox_files(assignment_name: str, tmp_path: Path) -> list[Path]:
-    assignment = load_assignment(assignment_name)
+    assignment = load_assignment(assignment_name, REPO)
     student = tmp_path / "student.py"
     student.write_text("")
     folder = prepare_sandbox_dir(student, assignment.config.module, assignment.probes, tmp_path)
@@ -96,7 +97,7 @@ def test_probes_hold_no_verdict(assignment_name: str, tmp_path: Path) -> None:
 
 def test_the_scan_finds_a_planted_piece(tmp_path: Path) -> None:
     # The scan is real: a probe holding three statements of the reference is caught.
-    tree = ast.parse(reference(load_assignment("dp_basics").solution.read_text()))
+    tree = ast.parse(reference(load_assignment("dp_basics", REPO).solution.read_text()))
     step = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
                 and n.name == "ddp_train_step")
     planted = ast.unparse(ast.Module(body=step.body[:WINDOW + 1], type_ignores=[]))

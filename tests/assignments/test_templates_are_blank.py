@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 
 from autograder.grading.grade import grade_loaded
 from autograder.grading.submission_status import derive
@@ -27,7 +28,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("templates")
 
     def grade_one(name: str) -> dict:
-        grade_loaded(ROOT / "student_templates" / name, load_assignment(name), out / name)
+        grade_loaded(ROOT / "student_templates" / name, load_assignment(name, REPO), out / name)
         return json.loads((out / name / "report.json").read_text())
 
     with ThreadPoolExecutor(2) as pool:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.batch.driver import batch
+from autograder.project.paths import Project
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
@@ -45,6 +46,10 @@ class Course:
     export: Path
     out: Path
 
+    @property
+    def project(self) -> Project:
+        return Project.of_config(self.config)
+
 
 def graded_course(root: Path, questions: str = "visible") -> Course:
     """Write the toy project, its export and grade it into ROOT/out; `questions`: the multiple
@@ -74,6 +79,7 @@ def graded_course(root: Path, questions: str = "visible") -> Course:
         metadata.append(f"  :created_at: {created}")
     (export / "submission_metadata.yml").write_text("\n".join(metadata) + "\n")
     out = root / "out"
-    summary = batch(export, "toy", out, jobs=2, config_path=config, progress=False)
+    summary = batch(export, "toy", out, jobs=2, project=Project.of_config(config),
+                    progress=False)
     assert (summary.total, summary.graded, summary.failed) == (4, 4, 0), summary
     return Course(config, export, out)

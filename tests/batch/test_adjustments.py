@@ -23,6 +23,7 @@ from autograder.batch.gradebook import Gradebook
 from autograder.grading.late import late_status
 from autograder.project.assignment import load_assignment
 from autograder.project.late_policy import parse_timestamp
+from autograder.project.paths import Project
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
@@ -56,7 +57,7 @@ def test_an_override_is_in_every_export_with_who_when_and_why(course, tmp_path, 
     assert (before["total"], before["raw_total"], before["late_penalty_pct"]) == \
         ("8", "10", "20")  # right, but two started days late
     done = override(out, "toy", "s004", "regrade request #3: divide was right", score=9.5,
-                    by="ta.kim", config_path=course.config)
+                    by="ta.kim", project=course.project)
     assert (done.adjustment.kind, done.adjustment.score, done.adjustment.by) == \
         ("override", 9.5, "ta.kim")
     assert any("written again" in note for note in done.notes)
@@ -81,7 +82,7 @@ def test_an_override_is_in_every_export_with_who_when_and_why(course, tmp_path, 
         (mean, totals)
     # The history lists it, with who and when; clearing it is one more entry.
     override(out, "toy", "s004", "the regrade was of the wrong student", clear=True,
-             by="ta.kim", config_path=course.config)
+             by="ta.kim", project=course.project)
     (entry,) = history(out, "s004")
     assert [(a.kind, a.score, a.reason) for a in entry.adjustments] == [
         ("override", 9.5, "regrade request #3: divide was right"),
@@ -94,14 +95,14 @@ def test_an_override_of_one_group_member_leaves_the_other_and_survives_a_regrade
         course, tmp_path):
     out = copy_of(course, tmp_path)
     override(out, "toy", "s003", "academic integrity: 0 by the committee's decision", score=0,
-             config_path=course.config)
+             project=course.project)
     rows = grades(out)
     assert (rows["s003"]["total"], rows["s002"]["total"]) == ("0", "10")
     # Mallory's group is flagged: held back from Canvas until a TA decides, and the override
     # is that decision (Bob's score stays held back).
     assert canvas(out)["s003"] == "0" and "s002" not in canvas(out)
     summary = batch(course.export, "toy", out, only=["s003"], force=True,
-                    config_path=course.config, progress=False)
+                    project=course.project, progress=False)
     assert summary.graded == 1
     assert grades(out)["s003"]["total"] == "0"  # a regrade does not undo a TA's decision
     (entry,) = history(out, "s003")
@@ -110,13 +111,13 @@ def test_an_override_of_one_group_member_leaves_the_other_and_survives_a_regrade
 
 def test_an_extension_moves_the_students_due_date_for_the_late_policy(course, tmp_path):
     out = copy_of(course, tmp_path)
-    spec = load_assignment("toy", course.config)
+    spec = load_assignment("toy", course.project)
     until = "2026-12-17T12:00:00+00:00"
-    done = extend(out, "toy", "s004", "medical note", until=until, config_path=course.config)
+    done = extend(out, "toy", "s004", "medical note", until=until, project=course.project)
     assert done.adjustment.until == until
     assert "regrades s004's submission" in done.notes[0]
     assert grades(out)["s004"]["late_penalty_pct"] == "20"  # applied by grading, next batch
-    summary = batch(course.export, "toy", out, config_path=course.config, progress=False)
+    summary = batch(course.export, "toy", out, project=course.project, progress=False)
     assert (summary.graded, summary.skipped) == (1, 3)  # only Carol's late status changed
     with Gradebook(out / "gradebook.sqlite") as book:
         (carol,) = book.latest(["submission_3"])
@@ -131,8 +132,8 @@ def test_an_extension_moves_the_students_due_date_for_the_late_policy(course, tm
     assert [a.describe().split(" (by")[0] for a in entry.adjustments] == [
         f"due date extended to {until}: medical note"]
     # Cleared: the next batch grades it late again.
-    extend(out, "toy", "s004", "granted by mistake", clear=True, config_path=course.config)
-    batch(course.export, "toy", out, config_path=course.config, progress=False)
+    extend(out, "toy", "s004", "granted by mistake", clear=True, project=course.project)
+    batch(course.export, "toy", out, project=course.project, progress=False)
     assert grades(out)["s004"]["late_penalty_pct"] == "20"
 
 
@@ -148,38 +149,39 @@ def test_an_extension_of_a_student_on_time_moves_the_day_their_results_are_shown
 
     before = shown_at()
     extend(out, "toy", "s005", "family emergency", until="2026-12-16T23:59:00Z",
-           config_path=course.config)
-    summary = batch(course.export, "toy", out, config_path=course.config, progress=False)
+           project=course.project)
+    summary = batch(course.export, "toy", out, project=course.project, progress=False)
     assert (summary.graded, summary.skipped) == (1, 3)  # Dave's, and only his
     assert shown_at() - before == timedelta(days=2)
     assert grades(out)["s005"]["late_penalty_pct"] == "0"
     (entry,) = history(out, "s005")
     assert "results shown from another date (an extension?)" in entry.runs[-1].why
-    again = batch(course.export, "toy", out, config_path=course.config, progress=False)
+    again = batch(course.export, "toy", out, project=course.project, progress=False)
     assert again.graded == 0  # current now
 
 
 def test_an_extension_before_the_student_is_graded_applies_when_they_are(course, tmp_path):
     out = tmp_path / "fresh"
     done = extend(out, "toy", "s004", "known in advance", until="2026-12-20T00:00:00Z",
-                  config_path=course.config)
+                  project=course.project)
     assert "applies when their submission is graded" in done.notes[0]
-    batch(course.export, "toy", out, only=["s004"], config_path=course.config, progress=False)
+    batch(course.export, "toy", out, only=["s004"], project=course.project, progress=False)
     assert grades(out)["s004"]["late_penalty_pct"] == "0"
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda out, cfg: override(out, "toy", "nobody", "x", score=1, config_path=cfg),
+    (lambda out, cfg: override(out, "toy", "nobody", "x", score=1, project=Project.of_config(cfg)),
      "no submission of 'nobody'"),
-    (lambda out, cfg: override(out, "toy", "s001", "x", score=11, config_path=cfg),
+    (lambda out, cfg: override(out, "toy", "s001", "x", score=11, project=Project.of_config(cfg)),
      "--score 11 is not between 0 and toy's total, 10"),
-    (lambda out, cfg: override(out, "toy", "s001", "  ", score=5, config_path=cfg),
+    (lambda out, cfg: override(out, "toy", "s001", "  ", score=5, project=Project.of_config(cfg)),
      "--reason is required"),
-    (lambda out, cfg: override(out, "toy", "s001", "x", score=5, clear=True, config_path=cfg),
+    (lambda out, cfg: override(out, "toy", "s001", "x", score=5, clear=True,
+                               project=Project.of_config(cfg)),
      "either a score (--score) or --clear"),
     (lambda out, cfg: extend(out, "toy", "s001", "x", until="2026-12-20 10:00",
-                             config_path=cfg), "has no time zone"),
-    (lambda out, cfg: extend(out, "toy", "s001", "x", until=DUE, config_path=cfg),
+                             project=Project.of_config(cfg)), "has no time zone"),
+    (lambda out, cfg: extend(out, "toy", "s001", "x", until=DUE, project=Project.of_config(cfg)),
      "is not after toy's due date"),
 ])
 def test_bad_adjustments_are_refused_and_change_nothing(course, tmp_path, call, message):

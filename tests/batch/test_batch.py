@@ -19,11 +19,13 @@ from sandbox_view import seen_in, snooping_source
 
 from autograder.batch.driver import BatchError, batch
 from autograder.batch.gradebook import Gradebook
+from autograder.project.paths import Project
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
+PROJECT = Project.of_config(CONFIG)
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
 ANSWERS = (TOY / "submissions" / "good" / "answers.yml").read_text()
 AUTOGRADER = Path(sys.executable).parent / "autograder"
@@ -67,7 +69,7 @@ def graded_class(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("class")
     submissions = make_class(root / "submissions", CLASS)
     out = root / "out"
-    summary = batch(submissions, "toy", out, jobs=2, config_path=CONFIG, progress=False)
+    summary = batch(submissions, "toy", out, jobs=2, project=PROJECT, progress=False)
     assert (summary.total, summary.graded, summary.skipped, summary.failed) == (N, N, 0, 0)
     assert summary.left_out == 0 and summary.flagged == 1
     return submissions, out
@@ -145,10 +147,10 @@ def test_summaries_add_up_to_the_roster(graded_class, tmp_path, capsys):
     submissions, first_out = graded_class
     out = tmp_path / "out"
     shutil.copytree(first_out, out)
-    nothing = batch(submissions, "toy", out, config_path=CONFIG, progress=True)
+    nothing = batch(submissions, "toy", out, project=PROJECT, progress=True)
     assert nothing.nothing_to_grade and nothing.line() == f"{N} unchanged, nothing to grade"
     assert "submission" not in capsys.readouterr().err  # no empty progress bar
-    one = batch(submissions, "toy", out, only=["alice"], config_path=CONFIG, progress=False)
+    one = batch(submissions, "toy", out, only=["alice"], project=PROJECT, progress=False)
     assert (one.graded, one.skipped, one.failed, one.left_out) == (1, 0, 0, N - 1)
     assert one.line().startswith(f"{N} submissions: 1 graded, 0 grader error(s), 0 unchanged, "
                                  f"{N - 1} left out by --only")
@@ -167,7 +169,7 @@ def test_history_of_a_student(graded_class, tmp_path):
     changed = tmp_path / "submissions"
     shutil.copytree(submissions, changed)
     (changed / "carol" / "toy.py").write_text(GOOD)
-    batch(changed, "toy", out, only=["carol"], config_path=CONFIG, progress=False)
+    batch(changed, "toy", out, only=["carol"], project=PROJECT, progress=False)
     (entry,) = history(out, "carol")
     first, second = entry.runs
     assert (first.status, second.status) == ("not_importable", "ok")
@@ -196,7 +198,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     submissions, first_out = graded_class
     out = tmp_path / "out"
     shutil.copytree(first_out, out)
-    again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
+    again = batch(submissions, "toy", out, project=PROJECT, progress=False)
     assert (again.graded, again.skipped) == (0, N)
     assert run_counts(out) == dict.fromkeys(CLASS, 1)
 
@@ -204,7 +206,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     changed = tmp_path / "submissions"
     shutil.copytree(submissions, changed)
     (changed / "bob" / "toy.py").write_text(GOOD)
-    again = batch(changed, "toy", out, config_path=CONFIG, progress=False)
+    again = batch(changed, "toy", out, project=PROJECT, progress=False)
     assert (again.graded, again.skipped) == (1, N - 1)
     assert run_counts(out)["bob"] == 2
     assert latest_scores(out)["bob"][0] == 10
@@ -213,10 +215,10 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     assert [h["score"] for h in history] == [latest_scores(first_out)["bob"][0], 10]
 
     # --only regrades one student even when nothing changed; --force regrades everyone.
-    batch(changed, "toy", out, only=["alice"], config_path=CONFIG, progress=False)
+    batch(changed, "toy", out, only=["alice"], project=PROJECT, progress=False)
     assert run_counts(out) == {**dict.fromkeys(CLASS, 1), "alice": 2, "bob": 2}
     with pytest.raises(BatchError, match="no submission of zoe"):
-        batch(changed, "toy", out, only=["zoe"], config_path=CONFIG, progress=False)
+        batch(changed, "toy", out, only=["zoe"], project=PROJECT, progress=False)
 
 
 def _start(submissions: Path, out: Path, jobs: int = 1, mark: str = "") -> subprocess.Popen:
@@ -335,13 +337,13 @@ def test_the_progress_bar_names_the_students_not_the_export_folder():
 def test_bad_options_are_refused_before_anything_is_graded(tmp_path):
     submissions = make_class(tmp_path / "s", {"alice": GOOD})
     with pytest.raises(BatchError, match="unknown backend"):
-        batch(submissions, "toy", tmp_path / "o", backend="slurm", config_path=CONFIG)
+        batch(submissions, "toy", tmp_path / "o", backend="slurm", project=PROJECT)
     result = subprocess.run([str(AUTOGRADER), "batch", str(submissions), "-a", "toy", "-o",
                              str(tmp_path / "o"), "--jobs", "0", "--config", str(CONFIG)],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--jobs" in result.stderr
     with pytest.raises(BatchError, match="--canvas-id must be the number"):
-        batch(submissions, "toy", tmp_path / "o", canvas_id="abc", config_path=CONFIG)
+        batch(submissions, "toy", tmp_path / "o", canvas_id="abc", project=PROJECT)
 
 
 def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
@@ -354,10 +356,10 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOGRADER_TEST_SECRET", canary)
     hidden = TOY / "assignments" / "toy" / "tests" / "hidden" / "test_toy.py"
     submissions = make_class(tmp_path / "s", {"eve": snooping_source(hidden)})
-    summary = batch(submissions, "toy", tmp_path / "out", config_path=CONFIG, progress=False)
+    summary = batch(submissions, "toy", tmp_path / "out", project=PROJECT, progress=False)
     assert summary.failed == 0
     warm = json.loads((tmp_path / "out" / "reports" / "eve" / "report.json").read_text())
-    cold = grade(submissions / "eve", "toy", tmp_path / "cold", CONFIG)
+    cold = grade(submissions / "eve", "toy", tmp_path / "cold", PROJECT)
 
     observed = seen_in(warm["tests"])
     assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in \
@@ -385,10 +387,10 @@ def test_one_batch_at_a_time_per_output_folder_and_missing_reports_are_regraded(
     with open(out / ".lock", "w") as held:  # as a running batch holds it
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(BatchError, match="another autograder batch is writing"):
-            batch(submissions, "toy", out, config_path=CONFIG, progress=False)
+            batch(submissions, "toy", out, project=PROJECT, progress=False)
     # A batch killed while swapping a student's report folder left it missing.
     shutil.rmtree(out / "reports" / "carol")
-    again = batch(submissions, "toy", out, config_path=CONFIG, progress=False)
+    again = batch(submissions, "toy", out, project=PROJECT, progress=False)
     assert (again.graded, again.skipped) == (1, N - 1)
     assert (out / "reports" / "carol" / "report.html").is_file()
 
@@ -401,7 +403,7 @@ def test_a_batch_where_student_code_cannot_be_isolated_is_refused_before_anyone_
     monkeypatch.delenv("AUTOGRADER_UNSAFE_NO_ISOLATION", raising=False)
     submissions = make_class(tmp_path / "s", {"alice": GOOD, "bob": GOOD})
     try:
-        batch(submissions, "toy", tmp_path / "out", config_path=CONFIG, progress=False)
+        batch(submissions, "toy", tmp_path / "out", project=PROJECT, progress=False)
     except IsolationUnavailable as exc:
         assert "AUTOGRADER_ISOLATION=uid" in str(exc) and "To fix:" in str(exc)
     else:
@@ -413,7 +415,8 @@ def test_a_sandbox_that_cannot_start_is_a_grader_error_never_the_students(
         tmp_path, sandbox_cannot_start):
     submissions = make_class(tmp_path / "s", {"alice": GOOD})
     out = tmp_path / "out"
-    summary = batch(submissions, "toy", out, config_path=sandbox_cannot_start, progress=False)
+    summary = batch(submissions, "toy", out, project=Project.of_config(sandbox_cannot_start),
+                    progress=False)
     assert (summary.graded, summary.failed, summary.statuses) == (0, 1, {"grader_error": 1})
     with Gradebook(out / "gradebook.sqlite") as book:
         [row] = book.latest()
@@ -477,6 +480,6 @@ def test_a_check_the_grader_could_not_run_is_a_grader_error_of_the_batch(tmp_pat
                                                              "bob": "grader_error"}
     assert rows["alice"].status.grader_errors == 1 and rows["alice"].score is not None
     assert (out / "reports" / "alice" / "results.json").is_file()  # graded, in part
-    again = batch(submissions, "toy", out, config_path=config, progress=False)
+    again = batch(submissions, "toy", out, project=Project.of_config(config), progress=False)
     assert (again.graded, again.skipped, again.failed, again.failed_in_part) == (0, 0, 2, 2)
     assert again.statuses == {"grader_error": 2}

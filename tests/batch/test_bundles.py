@@ -22,6 +22,7 @@ from autograder.batch.bundles import (
 from autograder.batch.fingerprints import tree_hash
 from autograder.grading import archives
 from autograder.grading.grade import grade
+from autograder.project.paths import Project
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
@@ -61,8 +62,8 @@ def test_a_folder_round_trips_with_its_names_links_and_nesting(tmp_path):
     strip = {p.relative_to(source) for p in source.rglob("*")}
     assert {p.relative_to(copy) for p in copy.rglob("*")} == strip
     # Graded the same (a link named like the module would say the same thing, too).
-    here = grade(source, "toy", tmp_path / "a", CONFIG)
-    there = grade(copy, "toy", tmp_path / "b", CONFIG)
+    here = grade(source, "toy", tmp_path / "a", Project.of_config(CONFIG))
+    there = grade(copy, "toy", tmp_path / "b", Project.of_config(CONFIG))
     assert (here.score, here.warnings, here.submission) == (there.score, there.warnings,
                                                             there.submission)
 
@@ -112,7 +113,7 @@ def test_unpacking_refuses_names_that_leave_the_folder(tmp_path, name):
 
 
 def test_the_assignment_bundle_is_what_grading_needs_and_nothing_of_the_driver(tmp_path):
-    bundle = pack_assignment("toy", CONFIG)
+    bundle = pack_assignment("toy", Project.of_config(CONFIG))
     assert _plain(bundle)
     names = [name for name, _ in bundle["files"]]
     assert "grading.yml" in names and "assignments/toy/questions.yml" in names
@@ -125,7 +126,8 @@ def test_the_assignment_bundle_is_what_grading_needs_and_nothing_of_the_driver(t
     from autograder.batch.fingerprints import assignment_version
     from autograder.project.assignment import load_assignment
 
-    assert assignment_version(load_assignment("toy", config)) == bundle["assignment_version"]
+    unpacked = load_assignment("toy", Project.of_config(config))
+    assert assignment_version(unpacked) == bundle["assignment_version"]
 
 
 def test_reports_come_back_checked(tmp_path):

@@ -33,9 +33,9 @@ def staffed(course, tmp_path) -> Path:
     """A copy of the course's OUT with an override, an extension and a TA's note added."""
     out = tmp_path / "out"
     shutil.copytree(course.out, out)
-    override(out, "toy", "s004", REASON, score=0, config_path=course.config)
+    override(out, "toy", "s004", REASON, score=0, project=course.project)
     extend(out, "toy", "s005", "a medical note from the clinic", until="2026-12-20T00:00:00Z",
-           config_path=course.config)
+           project=course.project)
     (out / "reports" / "s003" / "ta-notes.txt").write_text("talk to Mallory about the socket")
     return out
 
@@ -94,7 +94,7 @@ def test_before_the_due_date_the_released_grade_holds_no_total(tmp_path):
     key), and says when it is given; the TA is told the override waits."""
     withheld = graded_course(tmp_path / "withheld", questions="after_due_date")
     override(withheld.out, "toy", "s001", "regrade request", score=7.5,
-             config_path=withheld.config)
+             project=withheld.project)
     done = release_feedback(withheld.out, tmp_path / "release")
     for sid in SIDS:
         grade = json.loads((tmp_path / "release" / sid / GRADE_FILE).read_text())

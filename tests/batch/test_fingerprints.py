@@ -20,6 +20,7 @@ from autograder import __version__
 from autograder.batch import fingerprints
 from autograder.batch.fingerprints import assignment_version, grader_version, tree_hash
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import Project
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 
@@ -109,7 +110,7 @@ def copy_course(tmp_path: Path) -> Path:
 
 
 def version(config: Path) -> str:
-    return assignment_version(load_assignment("toy", config))
+    return assignment_version(load_assignment("toy", Project.of_config(config)))
 
 
 def test_the_assignment_version_follows_tests_probes_questions_and_config(tmp_path):

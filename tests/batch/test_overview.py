@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from repo_project import REPO
 from toy_class import CONFIG, FORMULA_NAME, HOSTILE_ERROR, HOSTILE_NAME, toy_class
 
 from autograder.batch.overview import duration, normalise, report_link, shade, write_overview
@@ -37,6 +38,7 @@ from autograder.batch.records import (
 )
 from autograder.grading.submission_status import SubmissionStatus
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import Project
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -340,7 +342,7 @@ def test_an_empty_class_still_gives_a_page(tmp_path, page, browser):
     (empty / "overview").mkdir(parents=True)
     (empty / "overview" / "scores.png").write_bytes(b"stale")
     failed = [r for r in rows if r.report is None]
-    write_overview(failed, load_assignment("toy", CONFIG), empty)
+    write_overview(failed, load_assignment("toy", Project.of_config(CONFIG)), empty)
     assert not (empty / "overview" / "scores.png").exists()  # no stale chart
     browser.open((empty / "index.html").as_uri())
     text = browser.js("return document.body.innerText")
@@ -376,7 +378,7 @@ def _synthetic_class(assignment, count: int, tests_per_function: int) -> list[Gr
 def test_a_large_class_keeps_each_part_within_one_screen(tmp_path, browser):
     """The real assignment (all its functions and questions), 8 tests per function: each part
     of the pass-rate section stays within one screen until its details are opened."""
-    assignment = load_assignment("dp_basics")
+    assignment = load_assignment("dp_basics", REPO)
     rows = _synthetic_class(assignment, 40, 8)
     write_overview(rows, assignment, tmp_path)
     state = _render(browser, tmp_path / "index.html")
@@ -395,7 +397,7 @@ WIDTH = 1280  # px: a laptop's window; the page must not scroll sideways in it
 def test_a_large_class_fits_1280_pixels_without_scrolling_sideways(tmp_path, browser):
     """dp_basics (a dozen functions) with long names, groups, late submissions and long failure
     messages: nothing overflows a 1280 px window, and every report link is inside it."""
-    assignment = load_assignment("dp_basics")
+    assignment = load_assignment("dp_basics", REPO)
     rows = _synthetic_class(assignment, 30, 3)
     for i, row in enumerate(rows[:6]):  # groups with long names, late by days
         row.submission.submitters.append(Submitter(

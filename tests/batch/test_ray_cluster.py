@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.grade import grade
+from autograder.project.paths import Project
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # (first in parallel runs, one unit with the other Ray file)
@@ -145,7 +146,7 @@ def test_an_export_grades_on_the_worker_node_with_the_scores_of_grade(cluster_ru
         submission = export / student
         if student == "zoe":
             submission = submission / "upload.zip"
-        local = grade(submission, "toy", tmp_path / student, project / "grading.yml")
+        local = grade(submission, "toy", tmp_path / student, Project.at(project, "the course"))
         ray = json.loads((out / "reports" / student / "report.json").read_text())
         assert (ray["score"], ray["max_score"]) == (local.score, local.max_score), student
         assert {t["name"]: (t["status"], t["score"]) for t in ray["tests"]} == \

@@ -38,12 +38,14 @@ from autograder.grading.grade import grade_loaded
 from autograder.grading.late import SubmissionDates
 from autograder.project.assignment import load_assignment
 from autograder.project.late_policy import parse_timestamp
+from autograder.project.paths import Project
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # (first in parallel runs, one unit with the other Ray file)
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 CONFIG = TOY / "grading.yml"
+PROJECT = Project.of_config(CONFIG)
 GOOD = TOY / "submissions" / "good"
 
 
@@ -236,7 +238,7 @@ def test_scores_equal_those_of_grade(cluster, tmp_path):
     # The toy assignment has a GPU test: each actor holds a GPU of its own. The instance is
     # already running: used as it is.
     outcomes = by_key(run_ray(tasks, jobs=2, needs_gpu=True))
-    toy = load_assignment("toy", config)
+    toy = load_assignment("toy", Project.of_config(config))
     assert ray.is_initialized()
     assert set(outcomes) == set(subs)
     missing = outcomes.pop("missing")
@@ -281,7 +283,7 @@ def test_actors_stay_warm_and_runners_are_fresh(cluster, tmp_path):
 
 
 def test_a_worker_that_cannot_grade_says_why_for_each_submission(cluster, tmp_path):
-    bundle = pack_assignment("toy", CONFIG)
+    bundle = pack_assignment("toy", PROJECT)
     bundle["grader_version"] = "0.0.0+someone-elses"  # as a node with another install
     actor = ray.remote(RayGrader).options(num_cpus=1, max_restarts=0)
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
@@ -309,7 +311,7 @@ def test_a_dead_actor_is_replaced_and_its_submission_retried_once(cluster, tmp_p
     actor = ray.remote(Crashing).options(num_cpus=1, max_restarts=0, max_task_retries=0)
     tasks = [task(tmp_path, key, GOOD) for key in ("always", "once", "fine")]
     outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
-                                         ray.put(pack_assignment("toy", CONFIG))))
+                                         ray.put(pack_assignment("toy", PROJECT))))
     assert set(outcomes) == {"always", "once", "fine"}
     always = outcomes["always"]
     assert always.report is None and always.worker == "ray"
@@ -325,7 +327,7 @@ def test_a_dead_actor_is_replaced_and_its_submission_retried_once(cluster, tmp_p
             if not Path(f"/proc/{d.name.split('-')[2]}").exists()]
     list(batch_ray._collect(ray, [task(tmp_path, "next", GOOD)], 1,
                             ray.remote(RayGrader).options(num_cpus=1),
-                            ray.put(pack_assignment("toy", CONFIG))))
+                            ray.put(pack_assignment("toy", PROJECT))))
     assert not [d for d in left if d.exists()]
 
 
@@ -368,7 +370,7 @@ def test_ctrl_c_stops_the_actors_grading_at_once(cluster, tmp_path):
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
     threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        list(batch_ray._collect(ray, tasks, 2, actor, ray.put(pack_assignment("toy", CONFIG))))
+        list(batch_ray._collect(ray, tasks, 2, actor, ray.put(pack_assignment("toy", PROJECT))))
     stopped = time.time()
     # Both CPUs come free: the two actors were stopped, the third submission never started.
     whole_node = ray.remote(lambda: "free").options(num_cpus=2)
@@ -388,7 +390,7 @@ def test_actors_that_nothing_can_schedule_fail_the_rest_within_the_start_up_limi
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b", "c")]
     started = time.monotonic()
     outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
-                                         ray.put(pack_assignment("toy", CONFIG)), 1, limits))
+                                         ray.put(pack_assignment("toy", PROJECT)), 1, limits))
     assert time.monotonic() - started < 30
     assert set(outcomes) == {"a", "b", "c"}
     for outcome in outcomes.values():
@@ -420,7 +422,7 @@ def test_an_actor_not_set_up_in_time_is_replaced_and_its_submission_retried(clus
     tasks = [task(tmp_path, key, GOOD) for key in ("a", "b")]
     started = time.monotonic()
     outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
-                                         ray.put(pack_assignment("toy", CONFIG)), 1, limits))
+                                         ray.put(pack_assignment("toy", PROJECT)), 1, limits))
     assert 30 <= time.monotonic() - started < 150
     for key in ("a", "b"):  # the other actor was set up: the stuck one's submission was retried
         assert outcomes[key].error is None and outcomes[key].report["score"] == 10
@@ -445,7 +447,7 @@ def test_a_grading_past_its_deadline_is_stopped_and_the_batch_goes_on(cluster, t
     tasks = [task(tmp_path, key, GOOD) for key in ("hangs", "fine", "after")]
     started = time.monotonic()
     outcomes = by_key(batch_ray._collect(ray, tasks, 2, actor,
-                                         ray.put(pack_assignment("toy", CONFIG)), 1, limits))
+                                         ray.put(pack_assignment("toy", PROJECT)), 1, limits))
     assert time.monotonic() - started < 120
     hangs = outcomes["hangs"]
     assert hangs.report is None and 20 <= hangs.seconds < 40, hangs
@@ -485,7 +487,7 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     folder = submission(tmp_path, "eve", source, (GOOD / "answers.yml").read_text())
     actor = ray.remote(Planted).options(num_cpus=1, max_restarts=0)
     [outcome] = batch_ray._collect(ray, [task(tmp_path, "eve", folder)], 1, actor,
-                                   ray.put(pack_assignment("toy", CONFIG)))
+                                   ray.put(pack_assignment("toy", PROJECT)))
     assert outcome.error is None, outcome.error
     observed = seen_in(outcome.report["tests"])
     names = {entry.split("=", 1)[0] for entry in observed["environ"].split("\0") if entry}
@@ -496,7 +498,7 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     assert not observed["hidden_visible"] and not observed["canary_in_memory"]
     assert observed["foreign_processes"] == []
     assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
-    cold = grade_loaded(folder, load_assignment("toy", CONFIG), tmp_path / "cold")
+    cold = grade_loaded(folder, load_assignment("toy", PROJECT), tmp_path / "cold")
     assert outcome.report["environment"]["protections"] == cold.environment["protections"]
     assert outcome.report["score"] == cold.score
 

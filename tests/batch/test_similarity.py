@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 from test_overview import browser  # noqa: F401 - the module's Chromium, a fixture
 
 from autograder.batch import similarity
@@ -79,7 +80,7 @@ def as_notebook(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def dp_basics():
-    return load_assignment("dp_basics")
+    return load_assignment("dp_basics", REPO)
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +151,7 @@ def test_the_independent_solution_is_correct(tmp_path):
     # every coding point.
     folder = tmp_path / "independent"
     shutil.copytree(INDEPENDENT, folder)
-    report = grade(folder, "dp_basics", tmp_path / "out")
+    report = grade(folder, "dp_basics", tmp_path / "out", REPO)
     coding = next(p for p in report.parts if p.name == "coding")
     assert coding.score == coding.max_score == 70
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.gradescope import container
 from autograder.gradescope.bundle import build_bundle
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
-from autograder.project.paths import GRADING_CONFIG
 from autograder.release.build import key_answers
 
 HOSTILE = Path(__file__).with_name("hostile_gradescope.py")
@@ -93,7 +93,7 @@ def image(base: str, tmp_path_factory: pytest.TempPathFactory):
     def get(name: str) -> str:
         if name not in built:
             folder = tmp_path_factory.mktemp(f"bundle-{name}")
-            bundle = build_bundle(name, GRADING_CONFIG, folder / f"{name}-gradescope.zip")
+            bundle = build_bundle(name, REPO, folder / f"{name}-gradescope.zip")
             built[name] = container.build_image(bundle, base,
                                                 container.PipSettings.from_environment(),
                                                 log=folder / "setup.log")
@@ -110,7 +110,7 @@ def submission(tmp_path_factory: pytest.TempPathFactory):
 
     def get(name: str, kind: str) -> Path:
         if (name, kind) not in made:
-            assignment = load_assignment(name)
+            assignment = load_assignment(name, REPO)
             folder = tmp_path_factory.mktemp(f"{name}-{kind}")
             source = assignment.solution.read_text()
             module = folder / f"{assignment.config.module}.py"

@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.gradescope.bundle import FALLBACK_MESSAGE
 from autograder.gradescope.container import GRADESCOPE, SELF_HOSTED, ContainerRun, Limits
 from autograder.grading.late import results_shown_at
 from autograder.project.assignment import load_assignment
-from autograder.project.paths import GRADING_CONFIG
 
 pytestmark = pytest.mark.deployment
 
@@ -53,7 +53,7 @@ def full_marks(name: str) -> float:
     """What the reference with the full key shows the student now: all of it once the
     multiple choice is shown (after the due date and the late period), the coding part before
     (autograder.grading.visibility)."""
-    config = load_assignment(name).config
+    config = load_assignment(name, REPO).config
     shown = results_shown_at(config, None)
     if shown is None or datetime.now(timezone.utc) < shown:
         return config.coding.points
@@ -84,7 +84,7 @@ def test_after_the_due_date_the_regrade_shows_the_whole_score(image, submission,
     """The regrade after the due date (Gradescope's "Regrade all submissions"): the same bundle,
     its grading.yml's due date in the past, shows the multiple choice too, right or wrong per
     question, and the reference gets every point."""
-    config = yaml.safe_load(GRADING_CONFIG.read_text())
+    config = yaml.safe_load(REPO.config.read_text())
     config["assignments"]["dp_basics"]["due"] = "2026-01-05T23:59:00-05:00"
     past = tmp_path / "grading.yml"
     past.write_text(yaml.safe_dump(config))
@@ -94,7 +94,7 @@ def test_after_the_due_date_the_regrade_shows_the_whole_score(image, submission,
 
     run = run_submission(image("dp_basics"), submission("dp_basics", "reference"), regrade)
     print(f"\ndp_basics reference after the due date: {run.summary()}")
-    assignment = load_assignment("dp_basics").config
+    assignment = load_assignment("dp_basics", REPO).config
     assert run.score == assignment.multiple_choice.points + assignment.coding.points, said(run)
     questions = [t for t in run.results["tests"] if t.get("visibility") == "after_due_date"]
     assert questions and all(t["status"] == "passed" for t in questions), said(run)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.gradescope.bundle import (
     GRADESCOPE_DEFAULT_TIMEOUT_S,
@@ -32,31 +33,30 @@ from autograder.gradescope.bundle import (
 from autograder.project.assignment import load_assignment
 from autograder.project.config import load_config
 from autograder.project.markers import reference, strip_solutions
-from autograder.project.paths import GRADING_CONFIG
 from autograder.project.schemas import validate
-from autograder.release.build import Project, answers_template, key_answers
+from autograder.release.build import answers_template, key_answers, torch_requirement
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENT = load_assignment("dp_basics")
+ASSIGNMENT = load_assignment("dp_basics", REPO)
 SOURCE = ASSIGNMENT.solution.read_text()
 KEY = yaml.safe_dump(key_answers(ASSIGNMENT.bank))
-TORCH = Project().torch_requirement()
-CONFIG_DUE = load_config(GRADING_CONFIG)["dp_basics"].due
+TORCH = torch_requirement(REPO)
+CONFIG_DUE = load_config(REPO)["dp_basics"].due
 
 
-@pytest.mark.parametrize("name", sorted(load_config(GRADING_CONFIG)))
+@pytest.mark.parametrize("name", sorted(load_config(REPO)))
 def test_grading_fits_gradescopes_default_timeout_with_margin(name):
     # Gradescope stops run_autograder at its autograder timeout (10 minutes unless the course
     # sets more): the grade command's own limit must end first, with a minute to spare, so
     # that results.json (the report, or the fallback) is always written.
-    timeout = _grade_timeout(name)
-    assert timeout == load_config(GRADING_CONFIG)[name].submission_timeout + GRADING_MARGIN_S
+    timeout = _grade_timeout(name, REPO)
+    assert timeout == load_config(REPO)[name].submission_timeout + GRADING_MARGIN_S
     assert timeout <= GRADESCOPE_DEFAULT_TIMEOUT_S - 60, f"{name}: {timeout:g} s"
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_bundle("dp_basics", GRADING_CONFIG,
+    return build_bundle("dp_basics", REPO,
                         tmp_path_factory.mktemp("dist") / "dp_basics-gradescope.zip")
 
 
@@ -85,7 +85,7 @@ def run_autograder(root: Path, python: str = sys.executable,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # Gradescope reads results.json only
     results = json.loads((root / "results" / "results.json").read_text())
-    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
     return results, proc.stdout + proc.stderr
 
 
@@ -243,7 +243,8 @@ def test_a_grader_that_cannot_isolate_or_start_a_sandbox_asks_the_student_to_con
 
 @pytest.mark.parametrize("error", ["", "Traceback ...\nKeyError: 'x'", "é\x00\"\\" * 3000])
 def test_fallback_results_are_valid(error: str) -> None:
-    validate(fallback_results(error, 1.5), "gradescope_results.schema.json", "fallback")
+    validate(fallback_results(error, 1.5), "gradescope_results.schema.json", "fallback",
+             REPO.schemas)
 
 
 # ----------------------------------------------------------------------------- docker
@@ -275,7 +276,7 @@ def test_dockerfiles_copy_files_that_exist(name: str) -> None:
     assert sources
     for source in sources:
         if source.startswith("dist/"):  # made by `autograder gradescope`, not committed
-            assert source == bundle_path("dp_basics", GRADING_CONFIG).relative_to(ROOT).as_posix()
+            assert source == bundle_path("dp_basics", REPO).relative_to(ROOT).as_posix()
         else:
             assert (ROOT / source).exists(), f"{name} copies {source}, which does not exist"
         assert any(Path(source).match(pattern.rstrip("/")) or source.rstrip("/") ==

@@ -20,6 +20,7 @@ from autograder.batch.gradebook import Gradebook
 from autograder.gradescope.bundle import run_in_container
 from autograder.gradescope.metadata import submission_dates
 from autograder.grading.late import SubmissionDates
+from autograder.project.paths import Project
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
 GOOD = (TOY / "submissions" / "good" / "toy.py").read_text()
@@ -48,7 +49,7 @@ def gradescope_path(base: Path, project: Path) -> dict:
         "id": 1, "created_at": CREATED,
         "assignment": {"due_date": DUE, "late_due_date": None, "title": "Toy"},
         "users": [{"name": "Ada Lovelace", "email": "ada@example.edu", "id": 7}]}))
-    assert run_in_container(root, "toy") == 0
+    assert run_in_container(root, "toy", Project.at(project, "the course")) == 0
     return json.loads((root / "results" / "results.json").read_text())
 
 
@@ -61,7 +62,7 @@ def batch_path(base: Path, project: Path) -> tuple[dict, object]:
         "submission_1:\n  :submitters:\n  - :name: Ada Lovelace\n    :sid: '001'\n"
         "    :email: ada@example.edu\n  :created_at: 2020-01-03 00:30:00.000000000 Z\n")
     out = base / "out"
-    batch(export, "toy", out, jobs=1, config_path=project / "grading.yml", progress=False)
+    batch(export, "toy", out, jobs=1, project=Project.at(project, "the course"), progress=False)
     with Gradebook(out / "gradebook.sqlite") as book:
         row = book.latest()[0]
     return json.loads((out / "reports" / "001" / "results.json").read_text()), row

@@ -6,8 +6,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 
 from autograder.grading.grade import grade
+from autograder.project.paths import Project
 from autograder.project.schemas import validate
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
@@ -30,10 +32,11 @@ def submit(tmp_path: Path, source: str | None = GOOD, answers: str | None = ANSW
 
 def run(tmp_path: Path, folder: Path):
     out = tmp_path / "out"
-    report = grade(folder, "toy", out, TOY / "grading.yml")
+    report = grade(folder, "toy", out, Project.of_config(TOY / "grading.yml"))
     results = json.loads((out / "results.json").read_text())
-    validate(results, "gradescope_results.schema.json", "results.json")
-    validate(json.loads((out / "report.json").read_text()), "report.schema.json", "report.json")
+    validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
+    validate(json.loads((out / "report.json").read_text()), "report.schema.json", "report.json",
+             REPO.schemas)
     assert (out / "report.md").read_text() and (out / "report.html").read_text()
     return report, results, {t.name: t for t in report.tests}
 
@@ -184,7 +187,7 @@ def test_pending_gpu_policy_scores_gpu_tests_zero_until_a_regrade(tmp_path):
     config.write_text(config.read_text().replace("rank_retries: 0",
                                                  "rank_retries: 0\n    gpu_policy: pending"))
     out = tmp_path / "out"
-    report = grade(submit(tmp_path), "toy", out, config)
+    report = grade(submit(tmp_path), "toy", out, Project.of_config(config))
     gpu = next(t for t in report.tests if t.name == "scale: keeps a CUDA tensor on its GPU")
     if report.environment["gpus"]:
         pytest.skip("this machine has a GPU")
@@ -211,7 +214,7 @@ def test_a_sandbox_that_cannot_start_is_a_grading_error_with_no_report(tmp_path,
     out = tmp_path / "out"
     with pytest.raises(GradingError, match="^the sandbox could not start: the isolation "
                                            "launcher failed: "):
-        grade(submit(tmp_path), "toy", out, sandbox_cannot_start)
+        grade(submit(tmp_path), "toy", out, Project.of_config(sandbox_cannot_start))
     assert not (out / "results.json").exists() and not (out / "report.json").exists()
 
 
@@ -226,7 +229,7 @@ def test_multiple_choice_right_or_wrong_after_the_due_date_problems_at_once(tmp_
     out = tmp_path / "out"
     # sum_shape right, float_types malformed (one letter of a select-all list is fine: "Z" not)
     report = grade(submit(tmp_path, answers="sum_shape: A\nfloat_types: [Z]\n"), "toy", out,
-                   config)
+                   Project.of_config(config))
     results = json.loads((out / "results.json").read_text())
     visibility = {t["name"]: t["visibility"] for t in results["tests"]}
     assert visibility["Q1 sum_shape"] == "after_due_date"

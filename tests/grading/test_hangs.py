@@ -18,6 +18,7 @@ import pytest
 
 from autograder.grading.grade import grade
 from autograder.project import budgets
+from autograder.project.paths import Project
 from autograder.sandbox.client import SandboxFailure, SandboxTimeout
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
@@ -181,7 +182,7 @@ def graded(tmp_path: Path, source: str, config: Path):
     folder.mkdir()
     (folder / "toy.py").write_text(textwrap.dedent(source))
     (folder / "answers.yml").write_text(ANSWERS)
-    report = grade(folder, "toy", tmp_path / "out", config)
+    report = grade(folder, "toy", tmp_path / "out", Project.of_config(config))
     assert json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
     return report, {t.name: t for t in report.tests}
 
@@ -364,8 +365,8 @@ def test_warm_batch_sandboxes_grade_as_cold_ones(tmp_path):
     folder.mkdir(parents=True)
     (folder / "toy.py").write_text(GOOD)
     (folder / "answers.yml").write_text(ANSWERS)
-    summary = batch(folder.parent, "toy", tmp_path / "batch", jobs=1, config_path=config,
-                    progress=False)
+    summary = batch(folder.parent, "toy", tmp_path / "batch", jobs=1,
+                    project=Project.of_config(config), progress=False)
     assert summary.failed == 0
     warm = json.loads((tmp_path / "batch" / "reports" / "alice" / "report.json").read_text())
     coding = [t for t in warm["tests"] if t["part"] == "coding"]  # (questions: withheld)

@@ -8,6 +8,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from repo_project import REPO
 
 from autograder.grading.late import (
     LateStatus,
@@ -19,7 +20,7 @@ from autograder.grading.late import (
 )
 from autograder.project.config import ConfigError, load_config
 from autograder.project.late_policy import LatePolicy, parse_timestamp
-from autograder.project.paths import GRADING_CONFIG
+from autograder.project.paths import Project
 
 DUE = "2026-12-14T23:59:00-05:00"
 DUE_UTC = datetime(2026, 12, 15, 4, 59, tzinfo=timezone.utc)
@@ -143,11 +144,11 @@ assignments:
 def config(tmp_path, due="", late=""):
     path = tmp_path / "grading.yml"
     path.write_text(HW.format(due=due, late=late))
-    return load_config(path)["hw"]
+    return load_config(Project.of_config(path))["hw"]
 
 
 def test_the_project_gives_dp_basics_a_per_day_policy():
-    late = load_config(GRADING_CONFIG)["dp_basics"].late
+    late = load_config(REPO)["dp_basics"].late
     assert late == LatePolicy("per_day", percent_per_day=10.0, max_days=3, grace_minutes=15.0)
 
 
@@ -185,7 +186,7 @@ def test_a_per_day_policy_needs_a_due_date(tmp_path):
 
 # --------------------------------------------------------------------------- one submission
 
-DP_BASICS = load_config(GRADING_CONFIG)["dp_basics"]  # due 2026-12-14 23:59 -05:00, 10%/day
+DP_BASICS = load_config(REPO)["dp_basics"]  # due 2026-12-14 23:59 -05:00, 10%/day
 
 
 def test_the_late_entry_of_a_submission_counts_from_grading_yml_or_an_extension():

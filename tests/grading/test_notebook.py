@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from repo_project import REPO
 
 from autograder.grading.grade import _submission_files, grade_loaded
 from autograder.grading.notebook import NotebookError, extract_module, template_notebook
@@ -25,7 +26,7 @@ from autograder.release.build import notebook_instructions
 from autograder.student_files.check import EDITED, UNTOUCHED, module_state
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENT = load_assignment("dp_basics")
+ASSIGNMENT = load_assignment("dp_basics", REPO)
 MODULE = ASSIGNMENT.config.module
 SOLUTION = ASSIGNMENT.solution.read_text(encoding="utf-8")
 TEMPLATE = strip_solutions(SOLUTION)

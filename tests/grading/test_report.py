@@ -9,6 +9,8 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 
+from repo_project import REPO
+
 from autograder.grading.late import LateStatus
 from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
 from autograder.grading.results import CodingOutcome, apply_late, build_report, coding_results
@@ -16,10 +18,9 @@ from autograder.grading.results import TestResult as Result  # not a pytest clas
 from autograder.grading.visibility import Release, student_view
 from autograder.project.config import load_config
 from autograder.project.inert import clip
-from autograder.project.paths import GRADING_CONFIG
 from autograder.project.schemas import validate
 
-CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
+CONFIG = load_config(REPO)["dp_basics"]
 STUB = "{0} raised NotImplementedError: {0} is not implemented yet (line 50 in {0})"
 CAUSES = {"passed": "passed", "stub": "not_implemented"}
 
@@ -62,7 +63,7 @@ def test_points_format() -> None:
 def test_results_json_adds_up_and_has_no_excluded_boxes(tmp_path) -> None:
     report = report_of({"wrap_ddp": "stub", "cleanup_ddp": "failed"}, gpu_points=1.0)
     results = gradescope_results(report)
-    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
     scores = [t["score"] for t in results["tests"]]
     assert all(round(x, 2) == x for t in results["tests"] for x in (t["score"], t["max_score"]))
     assert round(sum(scores), 2) == results["score"] == report.score
@@ -79,7 +80,7 @@ def test_results_json_adds_up_and_has_no_excluded_boxes(tmp_path) -> None:
 
 def test_markdown_and_html_show_hundredths_that_add_up(tmp_path) -> None:
     report = report_of({"wrap_ddp": "stub", "emulate_data_parallel": "failed"}, gpu_points=1.0)
-    write_outputs(report, tmp_path)
+    write_outputs(report, tmp_path, REPO.schemas)
     md = (tmp_path / "report.md").read_text()
     html = (tmp_path / "report.html").read_text()
     for text in (md, html):
@@ -92,14 +93,14 @@ def test_markdown_and_html_show_hundredths_that_add_up(tmp_path) -> None:
     coding = re.search(r"^\| Coding \| ([\d.]+) \|", md, re.MULTILINE).group(1)
     assert round(sum(float(v) for v in rows.values()), 2) == float(coding)
     data = json.loads((tmp_path / "report.json").read_text())
-    validate(data, "report.schema.json", "report.json")
+    validate(data, "report.schema.json", "report.json", REPO.schemas)
     assert round(sum(t["score"] for t in data["tests"]), 2) == data["score"]
 
 
 def test_late_penalty_is_an_entry_so_results_still_add_up() -> None:
     report = apply_late(report_of({}), LateStatus(30.0, 1, 0.1, "1 day late: 10% off."))
     results = gradescope_results(report)
-    validate(results, "gradescope_results.schema.json", "results.json")
+    validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
     assert results["tests"][-1]["name"] == "Late penalty"
     assert round(sum(t["score"] for t in results["tests"]), 2) == results["score"]
 
@@ -174,7 +175,7 @@ def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
     # once, on the line: it must reach the student.
     assert view.unanswered_line == (f"Not answered (10 questions, 15 points): {', '.join(odd)}"
                                     " (left blank in answers.yaml)")
-    write_outputs(report, tmp_path)
+    write_outputs(report, tmp_path, REPO.schemas)
     md = (tmp_path / "report.md").read_text()
     html = (tmp_path / "report.html").read_text()
     assert md.count("left blank") == 1 and md.count("Not answered (10 questions") == 1
@@ -187,7 +188,8 @@ def test_a_report_round_trips_through_report_json(tmp_path) -> None:
     late = LateStatus(90.0, 1, 0.1, "1 day late: 10% off")
     report = apply_late(report_of({"wrap_ddp": "stub"}, graded_file={"file": "a", "why": "b"}),
                         late)
-    report = write_outputs(report, tmp_path, students=False)  # the staff's copy: all of it
+    # The staff's copy: all of it.
+    report = write_outputs(report, tmp_path, REPO.schemas, students=False)
     written = json.loads((tmp_path / "report.json").read_text())
     assert written == report.to_json()
     again = type(report).from_json(written)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from repo_project import REPO
+
 from autograder.grading.late import LateStatus
 from autograder.grading.results import (
     CodingOutcome,
@@ -16,9 +18,8 @@ from autograder.grading.results import (
 )
 from autograder.grading.results import TestResult as Result  # not a pytest class
 from autograder.project.config import load_config
-from autograder.project.paths import GRADING_CONFIG
 
-CONFIG = load_config(GRADING_CONFIG)["dp_basics"]
+CONFIG = load_config(REPO)["dp_basics"]
 
 
 def outcome(function: str, points: float, status: str = "passed", gpu: bool = False,

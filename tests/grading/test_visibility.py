@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 
 from autograder.grading.grade import grade
 from autograder.grading.late import LateStatus
@@ -23,6 +24,7 @@ from autograder.grading.results import Report, apply_late
 from autograder.grading.results import TestResult as Result  # not a pytest class
 from autograder.grading.visibility import Release, release_due, student_view
 from autograder.project.config import ConfigError, load_config
+from autograder.project.paths import Project
 from autograder.project.schemas import validate
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"
@@ -49,7 +51,7 @@ def graded(tmp: Path, config: Path, answers: str) -> tuple[Report, Path, Path]:
     (folder / "toy.py").write_text(GOOD)
     (folder / "answers.yml").write_text(answers)
     out, staff = tmp / "out", tmp / "staff"
-    return grade(folder, "toy", out, config, staff_out=staff), out, staff
+    return grade(folder, "toy", out, Project.of_config(config), staff_out=staff), out, staff
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +95,7 @@ def test_before_the_due_date_no_student_file_holds_right_or_wrong(gradings):
         for line in KEY_LINES:
             assert line not in text, f"{name} reveals the key: {line!r}"
     data = json.loads(files["report.json"])
-    validate(data, "report.schema.json", "report.json")
+    validate(data, "report.schema.json", "report.json", REPO.schemas)
     question = next(t for t in data["tests"] if t["item"] == "sum_shape")
     assert (question["status"], question["score"], question["feedback"]) == ("withheld", 0, [])
     assert question["message"].startswith("Shown after 3000-01-01 00:00 UTC")
@@ -214,7 +216,7 @@ def test_points_that_students_would_never_be_shown_are_refused(tmp_path, part, v
         text = text.replace("visibility: visible}", f"visibility: {visibility}}}")
     config.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(f"parts.{part}.visibility")):
-        load_config(config)
+        load_config(Project.of_config(config))
     # A hidden test worth points: tests/runner/test_pytest_plugin.py.
 
 
@@ -226,7 +228,7 @@ def test_a_part_partly_shown_says_what_its_total_counts(tmp_path):
     report = made(TESTS, DUE - timedelta(hours=1))
     report.environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none",
                           "protections": []}
-    write_outputs(report, tmp_path)
+    write_outputs(report, tmp_path, REPO.schemas)
     files = student_files(tmp_path)
     assert "| Multiple choice | 0 of 2.5 shown so far (2.5 more not counted yet) | 5 |" in \
         files["report.md"]

@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 import pytest
+from repo_project import REPO
 
 from autograder.project.config import (
     AssignmentConfig,
@@ -15,7 +16,7 @@ from autograder.project.config import (
     load_config,
 )
 from autograder.project.late_policy import LatePolicy
-from autograder.project.paths import GRADING_CONFIG, SCHEMAS_DIR
+from autograder.project.paths import Project
 from autograder.protocol.job import Job
 
 
@@ -38,16 +39,16 @@ assignments:
 
 
 def test_project_config_is_valid_and_splits_coding_points():
-    config = load_config(GRADING_CONFIG)["dp_basics"]
+    config = load_config(REPO)["dp_basics"]
     assert config.multiple_choice.points == 30 and config.coding.points == 70
     assert sum(config.functions.values()) == 70 and len(config.functions) == 12
 
 
 def test_defaults_come_from_the_schema(tmp_path):
-    config = load_config(write(tmp_path, VALID))["hw"]
+    config = load_config(Project.of_config(write(tmp_path, VALID)))["hw"]
     assert config.gpu_policy == "reweight" and config.call_timeout == 10
     assert config.limits.output_bytes == 1024 * 1024 and config.reveal_key is False
-    similarity = json.loads((SCHEMAS_DIR / "grading.schema.json").read_text())["$defs"][
+    similarity = json.loads((REPO.schemas / "grading.schema.json").read_text())["$defs"][
         "assignment"]["properties"]["similarity"]["properties"]
     assert config.similarity == SimilarityPolicy(
         **{name: spec["default"] for name, spec in similarity.items()})
@@ -72,18 +73,19 @@ def test_records_of_grading_yml_have_no_defaults_of_their_own(record):
 
 
 def test_default_limits_are_the_schemas(tmp_path):
-    assignment = json.loads((SCHEMAS_DIR / "grading.schema.json").read_text())["$defs"][
+    assignment = json.loads((REPO.schemas / "grading.schema.json").read_text())["$defs"][
         "assignment"]["properties"]
     limit = {k: v["default"] for k, v in assignment["limits"]["properties"].items()}
     call = assignment["timeouts"]["properties"]["call"]["default"]
-    assert default_limits() == SandboxLimits(
+    assert default_limits(REPO.schemas) == SandboxLimits(
         call_timeout=call, memory_bytes=limit["memory_mb"] << 20,
         cpu_seconds=limit["cpu_seconds"], max_file_bytes=limit["file_mb"] << 20,
         max_open_files=limit["open_files"], max_processes=limit["processes"],
         disk_bytes=limit["disk_mb"] << 20, output_bytes=limit["output_kb"] << 10)
     # and what an assignment without `limits` gets when loaded
-    assert default_limits() == load_config(write(tmp_path, VALID))["hw"].limits
-    assert default_limits(call_timeout=3).call_timeout == 3
+    configured = load_config(Project.of_config(write(tmp_path, VALID)))["hw"]
+    assert default_limits(REPO.schemas) == configured.limits
+    assert default_limits(REPO.schemas, call_timeout=3).call_timeout == 3
 
 
 @pytest.mark.parametrize("change, message", [
@@ -102,10 +104,10 @@ def test_default_limits_are_the_schemas(tmp_path):
 ])
 def test_errors_name_the_bad_key(tmp_path, change, message):
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, VALID.replace(*change)))
+        load_config(Project.of_config(write(tmp_path, VALID.replace(*change))))
     assert message in str(info.value)
 
 
 def test_malformed_yaml_is_reported(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(write(tmp_path, "assignments: [\n"))
+        load_config(Project.of_config(write(tmp_path, "assignments: [\n")))

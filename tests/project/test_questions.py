@@ -14,10 +14,10 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.project.question_bank import (
     ENVIRONMENTS,
-    QUESTIONS_SCHEMA_PATH,
     QuestionBankError,
     QuestionBankWarning,
     answers_schema,
@@ -29,7 +29,7 @@ from autograder.project.question_bank import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-BANK_PATH = bank_path("dp_basics")
+BANK_PATH = bank_path(REPO, "dp_basics")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def raw_bank() -> dict[str, Any]:
 
 
 def test_bank_loads_with_20_questions_worth_30_points() -> None:
-    bank = load_bank(BANK_PATH)
+    bank = load_bank(BANK_PATH, REPO.schemas)
     assert bank.assignment == "dp_basics"
     assert len(bank.questions) == 20
     assert bank.total_points == pytest.approx(30.0)
@@ -49,7 +49,7 @@ def test_bank_loads_with_20_questions_worth_30_points() -> None:
 
 def test_bank_covers_the_seed_but_its_two_near_duplicates() -> None:
     # Seed practice 1 and 3 asked again what challenge 1 and 2 ask; new questions replace them.
-    sources = Counter(q.source for q in load_bank(BANK_PATH).questions)
+    sources = Counter(q.source for q in load_bank(BANK_PATH, REPO.schemas).questions)
     for n in range(1, 6):
         assert sources[f"seed challenge {n}"] == 1
         assert sources[f"seed practice {n}"] == (0 if n in (1, 3) else 1)
@@ -58,12 +58,12 @@ def test_bank_covers_the_seed_but_its_two_near_duplicates() -> None:
 
 def test_ids_are_neutral() -> None:
     # Ids are shown to students in answers.yml: they must not hint at any answer.
-    bank = load_bank(BANK_PATH)
+    bank = load_bank(BANK_PATH, REPO.schemas)
     assert [q.id for q in bank.questions] == [f"q{n:02d}" for n in range(1, 21)]
 
 
 def test_no_feedback_quotes_the_keyed_option() -> None:
-    for q in load_bank(BANK_PATH).questions:
+    for q in load_bank(BANK_PATH, REPO.schemas).questions:
         for letter, text in q.feedback.items():
             for key in q.answer:
                 keyed = " ".join(q.options[key].split())
@@ -72,12 +72,12 @@ def test_no_feedback_quotes_the_keyed_option() -> None:
 
 
 def test_the_key_is_balanced_and_not_cued_by_length() -> None:
-    bank = load_bank(BANK_PATH)
+    bank = load_bank(BANK_PATH, REPO.schemas)
     assert bank.warnings == [] and bank_warnings(bank) == []
 
 
 def test_every_wrong_option_has_feedback_and_nothing_else_does() -> None:
-    for q in load_bank(BANK_PATH).questions:
+    for q in load_bank(BANK_PATH, REPO.schemas).questions:
         wrong = [x for x in q.options if x not in q.answer]
         assert wrong, q.id
         assert sorted(q.feedback) == sorted(wrong), q.id
@@ -87,7 +87,7 @@ def test_every_wrong_option_has_feedback_and_nothing_else_does() -> None:
 
 def test_machine_dependent_snippets_name_the_machine_in_the_stem() -> None:
     # When the outcome differs between machines, the stem must say which machine it means.
-    for q in load_bank(BANK_PATH).questions:
+    for q in load_bank(BANK_PATH, REPO.schemas).questions:
         if q.snippet is None:
             continue
         outcomes = {q.snippet.expect[env] for env in ENVIRONMENTS}
@@ -97,15 +97,15 @@ def test_machine_dependent_snippets_name_the_machine_in_the_stem() -> None:
 
 def test_shown_code_is_the_code_that_was_run() -> None:
     # Predict-the-outcome questions show exactly the snippet that backs their key.
-    for q in load_bank(BANK_PATH).questions:
+    for q in load_bank(BANK_PATH, REPO.schemas).questions:
         if q.code and q.snippet and not q.multiple:
             assert q.code == q.snippet.code, q.id
 
 
 def test_schemas_are_valid_json_schemas() -> None:
     jsonschema.Draft202012Validator.check_schema(
-        json.loads(QUESTIONS_SCHEMA_PATH.read_text(encoding="utf-8")))
-    jsonschema.Draft202012Validator.check_schema(answers_schema(load_bank(BANK_PATH)))
+        json.loads((REPO.schemas / "questions.schema.json").read_text(encoding="utf-8")))
+    jsonschema.Draft202012Validator.check_schema(answers_schema(load_bank(BANK_PATH, REPO.schemas)))
 
 
 def test_each_assignment_ships_the_answers_schema_of_its_own_bank() -> None:
@@ -116,7 +116,7 @@ def test_each_assignment_ships_the_answers_schema_of_its_own_bank() -> None:
     shipped = {}
     for name in names:
         text = (ROOT / "student_templates" / name / "answers.schema.json").read_text()
-        assert text == render_answers_schema(load_bank(bank_path(name))), \
+        assert text == render_answers_schema(load_bank(bank_path(REPO, name), REPO.schemas)), \
             f"student_templates/{name}/answers.schema.json is stale: run autograder generate"
         shipped[name] = json.loads(text)
         assert shipped[name]["title"].endswith(name) and name in shipped[name]["$id"]
@@ -124,14 +124,14 @@ def test_each_assignment_ships_the_answers_schema_of_its_own_bank() -> None:
 
 
 def test_the_key_is_a_valid_answers_file() -> None:
-    bank = load_bank(BANK_PATH)
+    bank = load_bank(BANK_PATH, REPO.schemas)
     key = {q.id: list(q.answer) if q.multiple else q.answer[0] for q in bank.questions}
     jsonschema.validate(key, answers_schema(bank))
 
 
 def _errors(data: Any) -> str:
     with pytest.raises(QuestionBankError) as info:
-        bank_from_data(data, "bank.yml")
+        bank_from_data(data, REPO.schemas, "bank.yml")
     return "\n".join(info.value.errors)
 
 
@@ -212,7 +212,7 @@ def test_yaml_syntax_error_reports_the_line(tmp_path: Path) -> None:
     path = tmp_path / "questions.yml"
     path.write_text("assignment: dp_basics\nquestions:\n  - id: [unclosed\n", encoding="utf-8")
     with pytest.raises(QuestionBankError) as info:
-        load_bank(path)
+        load_bank(path, REPO.schemas)
     assert "line 4" in str(info.value) or "line 3" in str(info.value)
 
 
@@ -235,7 +235,7 @@ def _skewed_bank(raw_bank: dict) -> dict:
 def test_unbalanced_letters_and_length_cues_warn_but_do_not_fail(raw_bank: dict,
                                                                  tmp_path: Path) -> None:
     data = _skewed_bank(raw_bank)
-    bank = bank_from_data(data)  # still a valid bank
+    bank = bank_from_data(data, REPO.schemas)  # still a valid bank
     found = bank_warnings(bank)
     assert len(found) == 2, found
     assert found[0].startswith("keyed letters are unbalanced over the 18 single-answer "
@@ -244,7 +244,7 @@ def test_unbalanced_letters_and_length_cues_warn_but_do_not_fail(raw_bank: dict,
     path = tmp_path / "questions.yml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.warns(QuestionBankWarning) as caught:
-        loaded = load_bank(path)
+        loaded = load_bank(path, REPO.schemas)
     assert loaded.warnings == found
     assert [str(w.message) for w in caught] == [f"{path}: {w}" for w in found]
 
@@ -254,7 +254,7 @@ def test_the_shortest_key_is_a_cue_too(raw_bank: dict) -> None:
     for q in data["questions"]:
         for letter in q["answer"]:
             q["options"][letter] = "x"
-    assert any("shortest option" in w for w in bank_warnings(bank_from_data(data)))
+    assert any("shortest option" in w for w in bank_warnings(bank_from_data(data, REPO.schemas)))
 
 
 def test_small_banks_are_not_judged() -> None:
@@ -263,7 +263,7 @@ def test_small_banks_are_not_judged() -> None:
          {"A": "a much longer option than the other", "B": "b"}, "answer": ["A"],
          "multiple": False, "points": 1, "hint": "h", "explanation": "e",
          "feedback": {"B": "no"}} for n in range(7)]}
-    assert bank_warnings(bank_from_data(data)) == []
+    assert bank_warnings(bank_from_data(data, REPO.schemas)) == []
 
 
 def test_validate_prints_the_warning_and_succeeds(raw_bank: dict, tmp_path: Path) -> None:

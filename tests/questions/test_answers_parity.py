@@ -15,13 +15,15 @@ from pathlib import Path
 import pytest
 
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import Project
 from autograder.project.question_bank import render_answers_schema
 from autograder.questions.answers import INVALID, grade_answers
 from autograder.student_files.check import check_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"
-BANK = load_assignment("toy", CONFIG).bank  # sum_shape: one of A-C; float_types: all that apply
+# sum_shape: one of A-C; float_types: all that apply
+BANK = load_assignment("toy", Project.of_config(CONFIG)).bank
 
 CORPUS: dict[str, tuple[str, bytes]] = {
     "plain": ("answers.yml", b"sum_shape: A\nfloat_types: [A, C]\n"),

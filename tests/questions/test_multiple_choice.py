@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from repo_project import REPO
 
 from autograder.project.question_bank import QuestionBank, bank_path, load_bank
 from autograder.questions.answers import (
@@ -21,7 +22,7 @@ from autograder.questions.answers import (
 
 @pytest.fixture(scope="module")
 def bank() -> QuestionBank:
-    return load_bank(bank_path("dp_basics"))
+    return load_bank(bank_path(REPO, "dp_basics"), REPO.schemas)
 
 
 def _key(bank: QuestionBank) -> dict[str, object]:

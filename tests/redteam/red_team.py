@@ -45,6 +45,7 @@ from pathlib import Path
 
 import yaml
 from markupsafe import escape
+from repo_project import REPO
 
 from autograder.project.schemas import validate
 
@@ -386,7 +387,8 @@ GRADE_SCRIPT = """
 import sys
 from pathlib import Path
 from autograder.grading.grade import grade
-grade(Path(sys.argv[1]), "toy", Path(sys.argv[2]), Path(sys.argv[3]))
+from autograder.project.paths import Project
+grade(Path(sys.argv[1]), "toy", Path(sys.argv[2]), Project.of_config(Path(sys.argv[3])))
 """
 
 
@@ -525,8 +527,8 @@ def assert_sound(graded: Graded, max_score: float, secrets: Secrets,
     assert graded.returncode == 0, f"grading crashed or hung ({graded.returncode}):\n" \
                                    f"{graded.stderr}"
     # Complete and valid: the engine validated on write; validate again as read back.
-    validate(graded.results, "gradescope_results.schema.json", "results.json")
-    validate(graded.report, "report.schema.json", "report.json")
+    validate(graded.results, "gradescope_results.schema.json", "results.json", REPO.schemas)
+    validate(graded.report, "report.schema.json", "report.json", REPO.schemas)
     names = [t["name"] for t in graded.report["tests"]]
     assert sorted(names) == sorted(MC_TESTS + CODING_TESTS), names
     # results.json has no entry for a GPU test left out (one note instead).

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference
@@ -45,7 +46,7 @@ def _crash(*args, **kwargs):
 
 
 def crash_loop(folder: Path, name: str) -> Path:
-    assignment = load_assignment(name)
+    assignment = load_assignment(name, REPO)
     source = reference(assignment.solution.read_text()) + CRASH_LOOP
     source += "".join(f"{function} = _crash\n" for function in assignment.config.functions)
     folder.mkdir(parents=True)

@@ -21,11 +21,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.grading.notebook import extract_module, template_cells
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
-from autograder.release.build import Project, key_answers, student_files, write_otter_folder
+from autograder.release.build import (
+    key_answers,
+    student_files,
+    torch_requirement,
+    write_otter_folder,
+)
 from autograder.release.otter import (
     MULTIPLE_CHOICE,
     OtterError,
@@ -39,12 +45,12 @@ from autograder.student_files.otter_checks import answers_yaml
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENT = load_assignment("dp_basics")
+ASSIGNMENT = load_assignment("dp_basics", REPO)
 MODULE = ASSIGNMENT.config.module
 FUNCTIONS = list(ASSIGNMENT.config.functions)
 SOLUTION = ASSIGNMENT.solution.read_text(encoding="utf-8")
 REFERENCE = reference(SOLUTION)
-STUDENT = student_files(ASSIGNMENT, Project().torch_requirement())
+STUDENT = student_files(ASSIGNMENT, torch_requirement(REPO))
 OTTER = otter_files(ASSIGNMENT, STUDENT)
 MASTER = json.loads(OTTER[f"{MODULE}.ipynb"])
 BIN = Path(sys.executable).parent

@@ -17,22 +17,23 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import strip_solutions
 from autograder.project.question_bank import render_answers_schema
 from autograder.release.build import (
     STUDENT_REQUIREMENTS,
-    Project,
     answers_template,
     student_files,
+    torch_requirement,
     write_zip,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "fixtures" / "toy"
-ASSIGNMENT = load_assignment("dp_basics")
-TORCH = Project().torch_requirement()
+ASSIGNMENT = load_assignment("dp_basics", REPO)
+TORCH = torch_requirement(REPO)
 
 TOY_SOLUTION = '''\
 """Toy assignment: three small functions."""

@@ -8,7 +8,9 @@ import shutil
 from pathlib import Path
 
 import yaml
+from repo_project import REPO
 
+from autograder.project.paths import Project
 from autograder.project.question_bank import (
     bank_from_data,
     key_phrases,
@@ -33,7 +35,7 @@ def _course(tmp_path: Path, name: str = "ddp_training") -> Path:
 
 def test_both_assignments_are_clean() -> None:
     for name in ("dp_basics", "ddp_training"):
-        assert check_warnings(name, ROOT / "grading.yml") == [], name
+        assert check_warnings(name, REPO) == [], name
 
 
 def test_names_torch_has_are_not_reported() -> None:
@@ -50,15 +52,15 @@ def test_a_planted_nonexistent_torch_name_is_reported(tmp_path: Path) -> None:
         " See torch.distributed.elastic.rank_for_node, _node_rank_table and NodeRankError"
         " (torch/distributed/elastic/ranks.py).")
     bank_file.write_text(yaml.safe_dump(data), encoding="utf-8")
-    found = check_warnings("ddp_training", course / "grading.yml")
+    found = check_warnings("ddp_training", Project.of_config(course / "grading.yml"))
     for name in ("torch.distributed.elastic.rank_for_node", "_node_rank_table",
                  "NodeRankError", "torch/distributed/elastic/ranks.py"):
         assert any(f"q01 explanation names {name}," in line for line in found), (name, found)
 
 
 def test_a_distractor_may_name_what_torch_lacks_when_its_feedback_says_so() -> None:
-    bank = bank_from_data(yaml.safe_load(
-        (ROOT / "assignments" / "dp_basics" / "questions.yml").read_text(encoding="utf-8")))
+    text = (ROOT / "assignments" / "dp_basics" / "questions.yml").read_text(encoding="utf-8")
+    bank = bank_from_data(yaml.safe_load(text), REPO.schemas)
     from autograder.project.question_bank import question_texts
     q07 = next(q for q in bank.questions if q.id == "q07")
     assert [where for where, _ in question_texts(q07)] == ["explanation", "option A",
@@ -67,13 +69,13 @@ def test_a_distractor_may_name_what_torch_lacks_when_its_feedback_says_so() -> N
 
 def test_a_leak_planted_in_a_public_test_is_found(tmp_path: Path) -> None:
     course = _course(tmp_path)
-    bank = bank_from_data(yaml.safe_load(
-        (course / "assignments" / "ddp_training" / "questions.yml").read_text("utf-8")))
+    text = (course / "assignments" / "ddp_training" / "questions.yml").read_text("utf-8")
+    bank = bank_from_data(yaml.safe_load(text), REPO.schemas)
     q = next(q for q in bank.questions if key_phrases(q))
     phrase = " ".join(sorted(key_phrases(q))[0])
     public = course / "assignments" / "ddp_training" / "tests" / "public" / "test_public.py"
     public.write_text(public.read_text("utf-8") + f"\n# Note: {phrase.upper()}!\n", "utf-8")
-    found = check_warnings("ddp_training", course / "grading.yml")
+    found = check_warnings("ddp_training", Project.of_config(course / "grading.yml"))
     assert any(line.startswith(f"leak: {q.id}: assignments/ddp_training/tests/public/"
                                "test_public.py holds the key's phrase") for line in found), found
 
@@ -84,14 +86,14 @@ def test_a_leaked_number_is_found_and_numbers_every_option_has_are_not() -> None
         "options": {"A": "12", "B": "10", "C": "40 or 10"}, "answer": ["A"],
         "multiple": False, "points": 1, "hint": "h", "explanation": "e",
         "feedback": {"B": "b", "C": "c"}}]}
-    q = bank_from_data(data).questions[0]
+    q = bank_from_data(data, REPO.schemas).questions[0]
     assert leaks(q, {"t.py": "pads to 12 samples"}) == ["q01: t.py holds the key's number 12"]
     assert leaks(q, {"t.py": "10 samples, 112 or 1.2"}) == []
 
 
 def _bank(course: Path, name: str):
     return bank_from_data(yaml.safe_load(
-        (course / "assignments" / name / "questions.yml").read_text("utf-8")))
+        (course / "assignments" / name / "questions.yml").read_text("utf-8")), REPO.schemas)
 
 
 def test_a_leak_planted_in_a_template_docstring_is_found(tmp_path: Path) -> None:
@@ -106,7 +108,7 @@ def test_a_leak_planted_in_a_template_docstring_is_found(tmp_path: Path) -> None
     assert marker in source
     template.write_text(source.replace(marker, f'    """{wrapped}.\n\n    Initialise the '
                                                 "default process group", 1), "utf-8")
-    found = check_warnings("ddp_training", course / "grading.yml")
+    found = check_warnings("ddp_training", Project.of_config(course / "grading.yml"))
     assert any(line.startswith(f"leak: {q.id}: student_templates/ddp_training/ddp_training.py "
                                "holds the key's text") for line in found), found
 
@@ -123,7 +125,7 @@ def test_a_run_of_the_keys_numbers_in_the_notebook_or_the_readme_is_found(
     notebook.write_text(json.dumps(data), "utf-8")
     readme = folder / "README.md"
     readme.write_text(readme.read_text("utf-8") + f"\nFor example ({', '.join(numbers)}).\n")
-    found = check_warnings("dp_basics", course / "grading.yml")
+    found = check_warnings("dp_basics", Project.of_config(course / "grading.yml"))
     for label in ("dp_basics.ipynb", "README.md"):
         assert f"leak: {q.id}: student_templates/dp_basics/{label} holds the key's numbers " \
                f"{', '.join(numbers)}" in found, (label, found)
@@ -142,7 +144,7 @@ def test_runs_of_small_numbers_and_whole_keys_are_matched_and_what_others_hold_i
                     "C": "Each rank pads its share with its own first samples"},
         "answer": ["C"], "multiple": False, "points": 1, "hint": "h", "explanation": "e",
         "feedback": {"A": "a", "B": "b"}}]}
-    q01, q02 = bank_from_data(data).questions
+    q01, q02 = bank_from_data(data, REPO.schemas).questions
     assert key_sequences(q01) == {("3", "7", "1")}
     assert leaks(q01, {"t.py": "shares: [0, 4, 8], [3, 7,\n 1]"}) == [
         "q01: t.py holds the key's numbers 3, 7, 1"]
@@ -151,5 +153,6 @@ def test_runs_of_small_numbers_and_whole_keys_are_matched_and_what_others_hold_i
     assert leaks(q02, {"t.py": "EACH rank pads its\n    share with its own first samples."})[0] \
         == "q02: t.py holds the key's text 'each rank pads its share with its own first samples'"
     q02_wrong = bank_from_data({**data, "questions": [
-        {**data["questions"][1], "answer": ["A"], "feedback": {"B": "b", "C": "c"}}]}).questions[0]
+        {**data["questions"][1], "answer": ["A"], "feedback": {"B": "b", "C": "c"}}]},
+        REPO.schemas).questions[0]
     assert key_texts(q02_wrong) == set()  # a wrong option holds the key's words in a row

@@ -25,6 +25,7 @@ from autograder.grading.grade import grade_loaded
 from autograder.grading.submission import SubmissionFiles
 from autograder.grading.supervisor import run_hidden_tests
 from autograder.project.assignment import load_assignment
+from autograder.project.paths import Project
 from autograder.protocol.fork_channel import SCRATCH_PREFIX, RunnerServer, server_env
 from autograder.protocol.job import Job
 
@@ -44,7 +45,7 @@ def server():
 
 
 def collect_job(workdir: Path, assignment=None) -> str:
-    made = assignment or load_assignment("toy", TOY / "grading.yml")
+    made = assignment or load_assignment("toy", Project.of_config(TOY / "grading.yml"))
     config = made.config
     workdir.mkdir(parents=True, exist_ok=True)
     return json.dumps(asdict(Job(
@@ -139,7 +140,7 @@ def test_each_job_gets_a_fresh_runner_of_its_own(server, tmp_path):
 
 def test_grading_through_the_server_gives_the_same_report_as_cold(server, tmp_path,
                                                                  monkeypatch):
-    assignment = load_assignment("toy", TOY / "grading.yml")
+    assignment = load_assignment("toy", Project.of_config(TOY / "grading.yml"))
     submission = TOY / "submissions" / "good"
     forked = []
     spawn = server.spawn
@@ -190,7 +191,7 @@ def test_a_warm_sandbox_is_the_interpreter_a_cold_one_is(server, tmp_path):
 
 def warm_and_cold_alike(server: RunnerServer, tmp_path: Path):
     """Grade the observer warm (through `server`) and cold; check what it saw is the same."""
-    assignment = load_assignment("toy", TOY / "grading.yml")
+    assignment = load_assignment("toy", Project.of_config(TOY / "grading.yml"))
     folder = tmp_path / "observer"
     folder.mkdir()
     (folder / "toy.py").write_text((TOY / "submissions" / "good" / "toy.py").read_text()

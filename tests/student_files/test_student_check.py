@@ -16,25 +16,26 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference
 from autograder.project.question_bank import render_answers_schema
 from autograder.questions.answers import INVALID, grade_answers
-from autograder.release.build import Project, key_answers, student_files, write_zip
+from autograder.release.build import key_answers, student_files, torch_requirement, write_zip
 from autograder.student_files import check as student_check
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENT = load_assignment("dp_basics")
+ASSIGNMENT = load_assignment("dp_basics", REPO)
 REFERENCE = reference(ASSIGNMENT.solution.read_text())
 
 
 @pytest.fixture(scope="module")
 def student_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("dist") / "dp_basics-student.zip"
-    write_zip(student_files(ASSIGNMENT, Project().torch_requirement()), "dp_basics/", path)
+    write_zip(student_files(ASSIGNMENT, torch_requirement(REPO)), "dp_basics/", path)
     return path
 
 
