@@ -653,7 +653,7 @@ def new(positional: str | None, assignment: str | None, source: str | None,
     name = _assignment(assignment, positional)
 
     try:
-        written = new_assignment(name, project.config, source, title)
+        written = new_assignment(name, project, source, title)
     except ScaffoldError as exc:
         click.echo(f"error: {inert(str(exc))}", err=True)
         sys.exit(2)

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from autograder.project.paths import Project
+
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 MC_POINTS, CODING_POINTS = 20, 80  # a course total of 100
 FUNCTION = "scaled"
@@ -280,14 +282,15 @@ def append_entry(config_path: Path, name: str, entry: str) -> str:
     return new
 
 
-def new_assignment(name: str, config_path: Path, source: str | None = None,
+def new_assignment(name: str, project: Project, source: str | None = None,
                    title: str | None = None) -> list[Path]:
-    """Write assignment `name` next to `config_path` and add it there; the paths written."""
+    """Write assignment `name` into `project` and add it to its grading.yml; the paths
+    written."""
     if not NAME_PATTERN.match(name):
         raise ScaffoldError(f"{name!r}: a name is lowercase letters, digits and underscores, "
                             "starting with a letter (it is also the student's module name)")
-    root = config_path.resolve().parent
-    folder = root / "assignments" / name
+    config_path = project.config
+    folder = project.assignments / name
     data = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
     if name in (data.get("assignments") or {}):
         raise ScaffoldError(f"{name} is already in {config_path}")
