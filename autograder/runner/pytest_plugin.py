@@ -7,7 +7,6 @@ the parent as a JSON line. It runs only in trusted processes.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 import shutil
@@ -36,6 +35,7 @@ from autograder.protocol.runner_events import (
     Start,
 )
 from autograder.protocol.statuses import TEST_CAUSES, TestCause, outcome_of
+from autograder.runner.gpus import GraderGpus
 from autograder.runner.stores import TcpStores
 from autograder.sandbox.client import (
     ImportBudget,
@@ -161,7 +161,7 @@ class Student:
         """GPUs the student's code sees: the simulated ones, else this grader's real ones."""
         if self._simulated:
             return max(self._simulated, 0)
-        return _cuda_device_count()
+        return self._plugin.gpus.count
 
     def simulated(self, gpus: int | None = None) -> Student:
         """This module run with `gpus` simulated GPUs (default: 2 to 4, drawn per grading)."""
@@ -406,9 +406,10 @@ def _head(exc: BaseException) -> str:
 
 
 class GradingPlugin:
-    def __init__(self, job: Job, emit: Callable[[Event], None],
-                 zygotes: ZygoteSource | None = None) -> None:
+    def __init__(self, job: Job, emit: Callable[[Event], None], zygotes: ZygoteSource | None,
+                 gpus: GraderGpus) -> None:
         self.job, self.emit = job, emit
+        self.gpus = gpus  # the grader's real GPUs, for sandboxes only (see runner.gpus)
         self.limits = SandboxLimits(**job.limits)
         self.specs: dict[str, TestSpec] = {}
         self.outcomes: dict[str, dict] = {}  # nodeid -> {"cause", "message"}
@@ -429,12 +430,12 @@ class GradingPlugin:
         self.simulated_gpus = random.SystemRandom().randint(2, 4)
         # Every sandbox process is announced to the parent, which kills what is left.
         starts = Starts(zygotes, on_start=lambda pid: emit(SandboxStarted(pid=pid)),
-                        stores=TcpStores())
+                        stores=TcpStores(), gpu_env=gpus.sandbox_env)
         if job.sandbox_dir is not None:
             self.sandbox = Sandbox(Path(job.sandbox_dir), job.module_name, self.limits,
                                    Path(job.output_dir) / f"sandbox-{os.getpid()}.log",
                                    starts=starts, imports=self.imports,
-                                   keep_ranks=_cuda_device_count() == 0)
+                                   keep_ranks=gpus.count == 0)
 
     # -- functions that hung or kept crashing ------------------------------------
     def refuse_if_blocked(self, function: str, spec: TestSpec) -> None:
@@ -543,8 +544,8 @@ class GradingPlugin:
         spec = self.specs[item.nodeid]
         marker = item.get_closest_marker("gpu")
         needed = int(marker.args[0]) if marker is not None and marker.args else 1
-        if spec.gpu and _cuda_device_count() < needed:
-            have = _cuda_device_count()
+        if spec.gpu and self.gpus.count < needed:
+            have = self.gpus.count
             self.outcomes[item.nodeid] = {
                 "cause": "gpu_unavailable",
                 "message": f"needs {needed} GPU{'s' if needed > 1 else ''}; this grader has "
@@ -631,14 +632,6 @@ class GradingPlugin:
     def pytest_sessionfinish(self) -> None:
         if self.sandbox is not None:
             self.sandbox.close()
-
-
-@functools.cache
-def _cuda_device_count() -> int:
-    """Real GPUs of this grader, seen by the trusted runner's own torch."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def write_line(fd: int) -> Callable[[Event], None]:

@@ -19,6 +19,7 @@ import pytest
 
 from autograder.protocol.job import Job
 from autograder.protocol.runner_events import Done, Environment, Error
+from autograder.runner.gpus import GraderGpus, hide_from_runner
 from autograder.runner.pytest_plugin import GradingPlugin, write_line
 from autograder.sandbox.client import ZygoteSource
 from autograder.sandbox.isolation import Isolation, IsolationUnavailable, detect
@@ -57,6 +58,7 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     runner server's channel for sandbox zygotes (None: started cold)."""
     import torch
 
+    gpus = hide_from_runner()  # first: nothing before it may touch CUDA
     torch.set_num_threads(1)  # little math here; each thread would take address space too
     _no_lazy_seeding(torch)
     limit_memory()
@@ -66,7 +68,7 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     except IsolationUnavailable as exc:
         emit(Error(message=str(exc)))
         return 0
-    emit(Environment(environment=environment(isolation)))
+    emit(Environment(environment=environment(isolation, gpus)))
     sys.path.insert(0, job.assignment_dir)  # hidden tests import the assignment's probes.py
     ini = Path(job.output_dir) / "pytest.ini"
     ini.write_text("[pytest]\n")  # ignore any project or submission configuration
@@ -85,7 +87,7 @@ def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
             "--import-mode=importlib", "-W", "ignore::DeprecationWarning"]
     if not job.tracebacks:  # only an instructor keeping the work folder reads runner.log
         args.append("--tb=line")
-    code = pytest.main(args, plugins=[GradingPlugin(job, emit, zygotes)])
+    code = pytest.main(args, plugins=[GradingPlugin(job, emit, zygotes, gpus)])
     emit(Done(exit_code=int(code)))
     return 0
 
@@ -102,13 +104,13 @@ def _no_lazy_seeding(torch: Any) -> None:
             backend.manual_seed_all = lambda seed: None
 
 
-def environment(isolation: Isolation) -> dict:
+def environment(isolation: Isolation, gpus: GraderGpus) -> dict:
     """Where grading runs, for the report."""
     import platform
 
     import torch
 
-    return {"gpus": torch.cuda.device_count(), "torch": torch.__version__,
+    return {"gpus": gpus.count, "torch": torch.__version__,
             "python": platform.python_version(), "isolation": isolation.mode,
             "protections": isolation.protections}
 

@@ -26,7 +26,7 @@ import tempfile
 import termios
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -316,11 +316,14 @@ class Starts:
       killed later even if the process that started it dies first.
     - `stores`: what serves the rendezvous stores of its rank scenarios (torch's, which only
       the runner imports: autograder.runner.stores.TcpStores); None: it runs no scenario.
+    - `gpu_env`: the grader's GPU selection (CUDA_VISIBLE_DEVICES) for its processes, where
+      the creator hid the GPUs from itself (autograder.runner.gpus); None: this process's.
     """
 
     zygotes: ZygoteSource | None = None
     on_start: Callable[[int], None] | None = None
     stores: StoreServer | None = None
+    gpu_env: Mapping[str, str] | None = None
 
     def started(self, pid: int) -> None:
         if self.on_start is not None:
@@ -331,7 +334,7 @@ def _exec(sandbox_dir: Path, limits: SandboxLimits, argv: list[str], output_path
           pass_fds: tuple[int, ...], isolation: Isolation, ids: tuple[int, int] | None,
           cgroup: Cgroup | None, starts: Starts) -> subprocess.Popen:
     """Start a fresh sandbox interpreter (the zygote), isolated, with every limit applied."""
-    env = sandbox_env(sandbox_dir)
+    env = sandbox_env(sandbox_dir, starts.gpu_env)
     mount_point = Path(tempfile.mkdtemp(prefix="mnt-", dir=sandbox_dir.parent))
     if starts.zygotes is not None and isolation.mode != "none" and argv[0] == "zygote":
         spec = launch_spec(sandbox_dir, env, isolation, ids, mount_point, limits.max_processes,

@@ -11,6 +11,7 @@ import py_compile
 import shutil
 import sysconfig
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from autograder.sandbox_runtime import cells
@@ -59,8 +60,10 @@ def boot(sandbox_dir: Path) -> str:
             f"from {RUNTIME_PACKAGE}.worker import main; main(sys.argv[1:])")
 
 
-def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
-    """A scrubbed environment: no tokens or secrets, only what torch needs."""
+def sandbox_env(sandbox_dir: Path, gpu_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A scrubbed environment: no tokens or secrets, only what torch needs; `gpu_env`: the
+    grader's CUDA_VISIBLE_DEVICES, if any, where this process hid its GPUs from itself (None:
+    this process's own)."""
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox_dir),
         "TMPDIR": str(sandbox_dir / "tmp"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -72,4 +75,7 @@ def sandbox_env(sandbox_dir: Path) -> dict[str, str]:
     for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
         if name in os.environ:
             env[name] = os.environ[name]
+    if gpu_env is not None:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.update(gpu_env)
     return env

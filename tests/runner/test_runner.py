@@ -32,7 +32,7 @@ import pytest
 import probes  # the assignment's, from the runner's sys.path
 
 
-def test_state():
+def test_state(student):
     """add: reports the runner's state"""
     umask = os.umask(0)
     os.umask(umask)
@@ -52,7 +52,9 @@ def test_state():
         "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "umask": umask,
         "address_space": None if soft == resource.RLIM_INFINITY else soft,
         "autoload": os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"),
-        "path0": sys.path[0], "cwd": os.getcwd(), "probes": probes.__file__}))
+        "path0": sys.path[0], "cwd": os.getcwd(), "probes": probes.__file__,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuda": torch.cuda.is_available(),
+        "sandbox_visible": student.probe(probes.visible_devices)}))
 
 
 def test_student(student):
@@ -93,8 +95,18 @@ def run_runner(job: Job) -> tuple[list[dict], subprocess.CompletedProcess]:
     return [json.loads(line) for line in stream.decode().splitlines()], done
 
 
-def test_the_event_stream_and_the_state_tests_run_in(assignment, toy, tmp_path):
+VISIBLE_PROBE = """
+
+def visible_devices(mod):
+    import os
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+"""
+
+
+def test_the_event_stream_and_the_state_tests_run_in(assignment, toy, tmp_path, monkeypatch):
     made = assignment(HIDDEN)
+    made.probes.write_text(made.probes.read_text() + VISIBLE_PROBE)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # the GPUs this grader may use
     (made.hidden_tests / "pytest.ini").write_text("[pytest]\naddopts = --no-such-option -x\n")
     # Nor is a conftest.py above the suite's folder (the project's tests/conftest.py was loaded
     # by every grading of its own fixtures).
@@ -143,6 +155,10 @@ def test_the_event_stream_and_the_state_tests_run_in(assignment, toy, tmp_path):
     # torch.manual_seed seeds as ever, and no longer queues a seeding (with the Python stack)
     # of the kinds of devices this machine lacks, at every call (~2 ms each at a test's depth).
     assert state["seeded"] is True and state["queued"] == []
+    # Its own torch sees no GPU, on any grader (autograder.runner.gpus); the sandbox is given
+    # the grader's choice of GPUs.
+    assert state["visible"] == "" and state["cuda"] is False
+    assert state["sandbox_visible"] == "3"
 
 
 def test_skipped_tests_are_not_run_and_budgets_come_from_recorded_times(assignment, tmp_path):
