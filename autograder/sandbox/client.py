@@ -47,6 +47,7 @@ from autograder.sandbox.isolation import (
 )
 from autograder.sandbox.launcher import FAILED as LAUNCHER_FAILED
 from autograder.sandbox.launcher import install_seccomp
+from autograder.sandbox.memory_watch import MemoryWatch
 from autograder.sandbox.processes import (
     ProcessEntry,
     children_of,
@@ -379,8 +380,8 @@ class Zygote:
         self.log_path, self._log_start = log_path, _size(log_path)
         self.events = events if events is not None else EventRecorder(
             log_path.with_name(log_path.name.removesuffix("-zygote.log") + EVENTS_SUFFIX))
-        self.cgroup = Cgroup.create(sandbox_memory_bytes(limits.memory_bytes),
-                                    limits.max_processes)
+        memory = sandbox_memory_bytes(limits.memory_bytes)
+        self.cgroup = Cgroup.create(memory, limits.max_processes)
         try:
             self.popen = _exec(sandbox_dir, limits, ["zygote", str(theirs.fileno())], log_path,
                                (theirs.fileno(),), isolation, ids, self.cgroup, starts)
@@ -390,6 +391,12 @@ class Zygote:
             if self.cgroup is not None:
                 self.cgroup.remove()
             raise
+        # Where neither the address space nor a cgroup limits memory (a GPU grader that may
+        # not make cgroups), its processes' resident memory is watched from here.
+        self.memory_watch: MemoryWatch | None = None
+        if self.cgroup is None and rlimits(limits)["RLIMIT_AS"] == resource.RLIM_INFINITY:
+            self.memory_watch = MemoryWatch(self.popen.pid, memory,
+                                            ids[0] if isolation.mode == "uid" and ids else None)
         self.starts = starts
         # Whether it has forked a worker (which imports student code): a failure before that
         # is the grader's; after it, that code may have killed it (in `uid` mode a worker has
@@ -549,6 +556,8 @@ class Zygote:
             pass
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.memory_watch is not None:
+            self.memory_watch.stop()
         self._socket.close()
 
 
@@ -683,6 +692,10 @@ class _Process:
         if code >= 0:
             return f"exited with status {code}"
         name = signal.Signals(-code).name
+        watch = self.zygote.memory_watch
+        if name == "SIGKILL" and watch is not None and self.pid in watch.killed:
+            return (f"was stopped at the memory limit ({watch.killed[self.pid] >> 20} MiB "
+                    f"resident, over {watch.limit >> 20} MiB)")
         why = {"SIGKILL": " (often the memory limit)", "SIGXCPU": " (the CPU time limit)",
                "SIGSEGV": " (a crash)"}.get(name, "")
         return f"was killed by {name}{why}"

@@ -198,6 +198,47 @@ def _descendants(stats: dict[int, list[str]], root: int) -> set[int]:
 
 
 _STATUS_KEYS = frozenset({"Uid", "SigPnd", "ShdPnd"})
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_over(limit: int, root: int, uid: int | None = None) -> dict[int, tuple[str, int]]:
+    """The processes of a sandbox (`root` and its descendants; with `uid`, every process of that
+    uid too) whose resident memory is over `limit` bytes: pid -> (start time, bytes). Sampled
+    often (see memory_watch): `stat` of every process, `status` only of those over."""
+    stats: dict[int, list[str]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            stats[int(name)] = stat[stat.rfind(")") + 2:].split()
+    over: dict[int, tuple[str, int]] = {}
+    for pid, fields in stats.items():
+        try:
+            resident = int(fields[21]) * _PAGE  # rss, in pages (stat field 24)
+        except (IndexError, ValueError):
+            continue
+        if resident > limit:
+            over[pid] = (fields[19], resident)
+    if not over:
+        return over
+    members = _descendants(stats, root)
+    if uid is not None:
+        members |= {pid for pid in over if pid not in members and _uid(pid) == uid}
+    return {pid: seen for pid, seen in over.items() if pid in members}
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f.read().decode(errors="replace").splitlines():
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def strays(table: dict[int, ProcessEntry], zygote: int | None, keep: Collection[int],
