@@ -40,8 +40,11 @@ _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _PR_SET_PDEATHSIG = 1
 # A gloo group's rendezvous: each rank writes its address under
 # `<group prefix><generation>//<device>//<pair index>/<rank>` (torch 2.13: "default_pg/0//cpu//0/1"
-# for a group made from an init_method, "0//cpu//0/1" for one given a store of its own).
-_GLOO_RANK_KEY = re.compile(r"^(?P<group>(?:[^/]+/)*\d+)//[a-z]+//\d+/(?P<rank>\d+)$")
+# for a group made from an init_method, "0//cpu//0/1" for one given a store of its own,
+# "default_pg/0//1//cpu//0/1" for a `new_group` over the default group's store). An nccl group
+# writes only its unique id, from rank 0 ("default_pg/0//cuda//0", seen on torch 2.11 with CUDA
+# 13): its ranks show through a gloo group that probes make over the same store.
+_GLOO_RANK_KEY = re.compile(r"^(?P<group>(?:[^/]*/)*\d+)//[a-z]+//\d+/(?P<rank>\d+)$")
 
 
 class StoreServer(Protocol):

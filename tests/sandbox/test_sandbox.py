@@ -1,6 +1,7 @@
 """Sandbox processes: calls, student errors, crashes, exits, hangs and hostile values."""
 
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import torch
 from autograder.sandbox.client import SandboxFailure, SandboxUnavailable, StudentError
 from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
-from autograder.sandbox.rendezvous import MAX_KEYS
+from autograder.sandbox.rendezvous import MAX_KEYS, StoreView
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
@@ -284,10 +285,10 @@ def rank_state(mod, rank, world_size, port):
             "left": os.environ.get("LEFT_BY_LAST"), "grad": torch.is_grad_enabled(),
             "dtype": str(torch.get_default_dtype())}
 
-def rank_leave_child(mod, rank, world_size, port, detached):
+def rank_leave_child(mod, rank, world_size, port, detached, seconds):
     # A process of its own, still running when the scenario ends.
     import os, subprocess
-    child = subprocess.Popen(["sleep", "60"], start_new_session=detached)
+    child = subprocess.Popen(["sleep", seconds], start_new_session=detached)
     return {"pid": os.getpid(), "child": child.pid}
 
 def rank_leave_thread(mod, rank, world_size, port):
@@ -349,6 +350,19 @@ def test_the_stores_of_later_scenarios_come_from_a_new_host_when_one_died(make_s
     assert [store.ranks_met() for store in again.stores] == [[0, 1], []]
     sandbox.close()
     assert sandbox._store_host is None
+
+
+def test_a_store_view_finds_the_ranks_of_a_group_or_a_group_made_over_its_store():
+    """Keys as torch writes them (2.13 with gloo here; 2.11 with nccl on an H200): a gloo
+    group's rendezvous has each rank's key; an nccl group only rank 0's unique id, so its
+    ranks show through a gloo `new_group` over the same store (probes make one)."""
+    gloo = ("default_pg/0//cpu//0/0", "default_pg/0//cpu//0/1")
+    assert StoreView(1, gloo).ranks_met() == [0, 1]
+    assert StoreView(1, ("0//cpu//0/1", "0//cpu//0/0")).ranks_met() == [0, 1]
+    nccl = ("default_pg/0//cuda//0",)
+    assert StoreView(1, nccl).ranks_met() == []
+    subgroup = ("default_pg/0//1//cpu//0/1", "default_pg/0//1//cpu//0/0")
+    assert StoreView(1, nccl + subgroup).ranks_met() == [0, 1]
 
 
 @pytest.mark.parametrize(("keys", "tail"), [
@@ -440,19 +454,20 @@ def test_ranks_that_leave_a_process_running_are_not_kept_and_it_is_stopped(
     """What a scenario leaves running must not run beside later tests: a rank with a process
     of its own is ended with it (its process group, or as a stray when it left the group)."""
     sandbox = make_sandbox(STUDENT, PROBES)
-    before = sleeping()
-    sandbox.run_ranks("rank_leave_child", 2, (detached,), 60, tmp_path, "add")
+    # A duration of this test's own: other test sessions on the machine may run the same.
+    seconds = f"60.{secrets.randbelow(10**9)}"
+    sandbox.run_ranks("rank_leave_child", 2, (detached, seconds), 60, tmp_path, "add")
     assert host_pids(sandbox) == []
-    assert sleeping() - before == set()
+    assert sleeping(seconds) == set()
 
 
-def sleeping() -> set[int]:
-    """The host's `sleep 60` processes."""
+def sleeping(seconds: str) -> set[int]:
+    """The host's `sleep SECONDS` processes."""
     found = set()
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/cmdline") as f:
-                if f.read() == "sleep\x0060\x00":
+                if f.read() == f"sleep\x00{seconds}\x00":
                     found.add(int(name))
         except OSError:
             pass
