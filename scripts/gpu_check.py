@@ -34,14 +34,14 @@ PARTS = ("environment", "verify_key", "grading", "mutants", "batch", "memory")
 GENERIC_MESSAGE = "a check of this behaviour failed"  # autograder.runner.pytest_plugin's fallback
 
 # One mutant per GPU test: (mutant, GPU test (display-name prefix), words its message must hold,
-# whether one GPU can tell it from the reference). Mutants of scripts/make_mutants.py, written
-# into the work folder (their EXPECT_FAIL headers name the simulated-GPU tests that catch them),
-# or made here (GENERATED).
+# True where one GPU tells it from the reference, else why one GPU cannot). Mutants of
+# scripts/make_mutants.py, written into the work folder (their EXPECT_FAIL headers name the
+# simulated-GPU tests that catch them), or made here (GENERATED).
 MUTANTS = [
     ("wrap_forgets_move", "wrap_data_parallel: puts the parameters on cuda:ids[0]",
-     ["cuda:0"], True),
+     ["cuda:0"], "with one device id, nn.DataParallel moves the module to it itself"),
     ("wrap_gathers_on_last", "wrap_data_parallel: puts the parameters on cuda:ids[0]",
-     ["cuda:"], False),  # one GPU: ids[-1] == ids[0], so the output lands on cuda:0 anyway
+     ["cuda:"], "ids[-1] == ids[0], so the output lands on cuda:0 anyway"),
     ("match_forgets_device", "match_input_dtype: moves tensors to a real GPU", ["cuda:0"], True),
     ("setup_always_gloo", "setup_ddp: picks nccl and pins cuda:rank on real GPUs", ["nccl"], True),
     ("wrap_ddp_no_device_ids", "wrap_ddp: on a real GPU wraps with device_ids", ["device_ids"],
@@ -325,7 +325,7 @@ def part_mutants(work: Path) -> dict:
         test = find(report, gpu_test)
         row["gpu_status"] = test["status"] if test else "missing"
         row["gpu_message"] = test["message"] if test else ""
-        catches = one_gpu_catches or gpus >= 2
+        catches = one_gpu_catches is True or gpus >= 2
         if DRY or not gpus:
             if row["gpu_status"] != "excluded":
                 row["problems"].append(f"GPU test {row['gpu_status']}, expected excluded")
@@ -336,7 +336,7 @@ def part_mutants(work: Path) -> dict:
                 row["problems"] += [f"GPU test message: {p}"
                                     for p in specific(row["gpu_message"], words)]
         else:
-            row["note"] = "one GPU cannot tell this mistake apart (ids[-1] == ids[0])"
+            row["note"] = f"one GPU cannot tell this mistake apart ({one_gpu_catches})"
         row["simulated"] = []
         for prefix in expect:
             sim = find(report, prefix)
@@ -358,7 +358,9 @@ def part_mutants(work: Path) -> dict:
 
 class CudaWatch(threading.Thread):
     """Samples /proc while a batch runs: does a runner server (the warm parent of every runner
-    and zygote) ever map libcuda or open /dev/nvidia-uvm (a CUDA context)? Do its forks?"""
+    and zygote) ever open a GPU device (/dev/nvidiactl, /dev/nvidia-uvm, ...: the CUDA driver
+    started, or NVML)? Do its forks? (Not whether libcuda is mapped: `import torch` maps it
+    on torch 2.11 with CUDA 13, through libcudart, and starts nothing.)"""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -378,17 +380,15 @@ class CudaWatch(threading.Thread):
 
     @staticmethod
     def _cuda(pid: int) -> list[str]:
-        signs = []
-        if "libcuda.so" in Path(f"/proc/{pid}/maps").read_text():
-            signs.append("libcuda mapped")
+        signs = set()
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             try:
-                if os.readlink(fd) == "/dev/nvidia-uvm":
-                    signs.append("/dev/nvidia-uvm open")
-                    break
+                target = os.readlink(fd)
             except OSError:
-                pass
-        return signs
+                continue
+            if target.startswith("/dev/nvidia"):
+                signs.add(f"{target} open")
+        return sorted(signs)
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
@@ -445,7 +445,7 @@ def part_batch(work: Path) -> dict:
     if not watch.servers or not watch.server_reads:
         problems.append("no runner server seen while the batch ran (is it still warm?)")
     if watch.server_cuda:
-        problems.append(f"a runner server initialised CUDA: {watch.server_cuda}")
+        problems.append(f"a runner server opened a GPU device: {watch.server_cuda}")
     gpus = 0 if DRY else gpu_count()
     needed = [t for t in gpu_tests() if t["gpus"] <= gpus]
     for report_path in sorted((out / "reports").glob("*/report.json")):
