@@ -14,26 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+# Which characters are unsafe, and their escapes: check.py's, which students run alone.
+from autograder.student_files.check import UNSAFE, UNSAFE_IN_A_LINE, escape
+
 MAX_WARNINGS = 40  # notes in one report; then one "... and N more" line
 MAX_WARNING_CHARS = 600  # one note
 MAX_LABEL_CHARS = 80  # a file name, a notebook label, quoted inside a message
 
-# C0 controls but \t and \n, DEL, C1 controls; bidi embeddings, overrides and isolates, the
-# marks that steer them; line/paragraph separators (a new line to some readers, not to others);
-# lone surrogates (undecodable file names), which no UTF-8 writer accepts.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                     "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_UNSAFE_LINE = re.compile(_UNSAFE.pattern[:-1] + "\n\t]")
 _MORE = re.compile(r"\.\.\. and (\d+) more\Z")
-_NAMED = {"\r": "\\r", "\n": "\\n", "\t": "\\t"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def inert(text: str, single_line: bool = False) -> str:
@@ -44,7 +32,7 @@ def inert(text: str, single_line: bool = False) -> str:
     """
     if not isinstance(text, str):
         text = str(text)
-    return (_UNSAFE_LINE if single_line else _UNSAFE).sub(_escape, text)
+    return (UNSAFE_IN_A_LINE if single_line else UNSAFE).sub(escape, text)
 
 
 def label(text: str, limit: int = MAX_LABEL_CHARS) -> str:

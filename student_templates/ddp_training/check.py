@@ -170,9 +170,22 @@ MAX_NOTES = 10  # notes on one notebook; then "... and N more"
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 # Browser and OS renames of a re-downloaded or copied file: "x (1).py", "x-2.py", "Copy of x.py".
 RENAMED = r"(?:copy of )?{stem}(?:[ _-]?\(\d+\)|[ _-]\d+|[ _-]copy)?"
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                     "\u202a-\u202e\u2066-\u2069\ud800-\udfff\n\t]")
+# What text from a student must never bring to a reader as it is: C0 controls but \t and \n,
+# DEL, C1 controls; bidi embeddings, overrides and isolates, the marks that steer them;
+# line/paragraph separators (a new line to some readers, not to others); lone surrogates
+# (undecodable file names), which no UTF-8 writer accepts. Each is shown as a visible escape.
+# The one copy: this file is shipped alone, and the engine's autograder.project.inert uses it.
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                    "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+UNSAFE_IN_A_LINE = re.compile(UNSAFE.pattern[:-1] + "\n\t]")  # also what starts a new line
 _NAMED = {"\r": "\\r", "\n": "\\n", "\t": "\\t"}
+
+
+def escape(match: re.Match[str]) -> str:
+    """The visible escape of one unsafe character: \\r, \\x1b, \\u202e."""
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 # What the grader does with a module that is still the template's stub and a notebook: states.
 MISSING, UNTOUCHED, EDITED, BROKEN = "missing", "untouched", "edited", "broken"
 HOW_TO_KEEP = ("move it into a solution cell (the cell of a function you were given, e.g. the "
@@ -197,12 +210,7 @@ class Converted:
 
 def _label(text: str, limit: int = 80) -> str:
     """A name from the student's files, fit to quote: one line, control characters escaped."""
-    def escape(match: re.Match[str]) -> str:
-        char = match.group()
-        code = ord(char)
-        return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-
-    text = _UNSAFE.sub(escape, str(text))
+    text = UNSAFE_IN_A_LINE.sub(escape, str(text))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
