@@ -694,8 +694,7 @@ class _Process:
         name = signal.Signals(-code).name
         watch = self.zygote.memory_watch
         if name == "SIGKILL" and watch is not None and self.pid in watch.killed:
-            return (f"was stopped at the memory limit ({watch.killed[self.pid] >> 20} MiB "
-                    f"resident, over {watch.limit >> 20} MiB)")
+            return f"was stopped at the memory limit ({watch.killed[self.pid]})"
         why = {"SIGKILL": " (often the memory limit)", "SIGXCPU": " (the CPU time limit)",
                "SIGSEGV": " (a crash)"}.get(name, "")
         return f"was killed by {name}{why}"

@@ -201,10 +201,19 @@ _STATUS_KEYS = frozenset({"Uid", "SigPnd", "ShdPnd"})
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def resident_over(limit: int, root: int, uid: int | None = None) -> dict[int, tuple[str, int]]:
-    """The processes of a sandbox (`root` and its descendants; with `uid`, every process of that
-    uid too) whose resident memory is over `limit` bytes: pid -> (start time, bytes). Sampled
-    often (see memory_watch): `stat` of every process, `status` only of those over."""
+@dataclass(frozen=True)
+class Resident:
+    """A process's resident memory, with its start time (to kill it by)."""
+
+    started: str
+    bytes: int
+
+
+def resident_memory(root: int, uid: int | None = None,
+                    over: int | None = None) -> dict[int, Resident]:
+    """The resident memory of a sandbox's processes: `root` and its descendants and, with
+    `uid`, the processes of that uid that hold more than `over` bytes (a process's uid costs a
+    `status` read, so only those are asked). Sampled often (see memory_watch): `stat` only."""
     stats: dict[int, list[str]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -214,20 +223,40 @@ def resident_over(limit: int, root: int, uid: int | None = None) -> dict[int, tu
             except OSError:
                 continue
             stats[int(name)] = stat[stat.rfind(")") + 2:].split()
-    over: dict[int, tuple[str, int]] = {}
+    found: dict[int, Resident] = {}
+    members = _descendants(stats, root)
     for pid, fields in stats.items():
         try:
-            resident = int(fields[21]) * _PAGE  # rss, in pages (stat field 24)
+            resident = Resident(fields[19], int(fields[21]) * _PAGE)  # rss: stat field 24
         except (IndexError, ValueError):
             continue
-        if resident > limit:
-            over[pid] = (fields[19], resident)
-    if not over:
-        return over
-    members = _descendants(stats, root)
-    if uid is not None:
-        members |= {pid for pid in over if pid not in members and _uid(pid) == uid}
-    return {pid: seen for pid, seen in over.items() if pid in members}
+        if pid in members or (uid is not None and over is not None and
+                              resident.bytes > over and _uid(pid) == uid):
+            found[pid] = resident
+    return found
+
+
+def proportional_bytes(pid: int) -> int | None:
+    """What a process's resident pages cost, each shared page divided among its sharers (Pss:
+    forked workers share most of their zygote's pages), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f.read().decode(errors="replace").splitlines():
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def oom_victim(pid: int) -> bool:
+    """Whether the kernel's OOM killer would take this process first (a worker and what it
+    started: see sandbox.client._oom_victim_first)."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "rb") as f:
+            return int(f.read()) > 0
+    except (OSError, ValueError):
+        return False
 
 
 def _uid(pid: int) -> int | None:

@@ -3,13 +3,15 @@ cgroup limits (a GPU grader that may not make cgroups), kept by sampling from ou
 
 Real processes taking real memory: a process of the sandbox over the limit is killed, one
 under it or outside the sandbox is not; in `uid` mode a process of the sandbox's uid that left
-the tree is still the sandbox's. The end to end case (a worker stopped, the call's message) runs
-a real sandbox as a GPU grader without cgroups starts it.
+the tree is still the sandbox's; processes each under the limit but over it together lose
+workers, the largest first, until they fit. The end to end case (a worker stopped, the call's
+message) runs a real sandbox as a GPU grader without cgroups starts it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -68,9 +70,10 @@ def test_a_process_over_the_limit_is_killed_one_under_it_or_outside_is_not():
         watch.stop()
         outsider.kill()
     assert said == ["hog", "-9", "modest", "None"]  # SIGKILLed; the modest one still ran
-    (killed, seen), = watch.killed.items()
+    (why,) = watch.killed.values()
     # Stopped soon after it went over: it grows 32 MiB every 20 ms and is sampled every 50 ms.
-    assert LIMIT < seen < LIMIT + 256 * MIB
+    seen = int(re.fullmatch(r"(\d+) MiB resident, over 200 MiB", why)[1])
+    assert 200 < seen < 200 + 256
     assert outsider.poll() is None or outsider.returncode == -9  # (killed by us, above)
 
 
@@ -91,12 +94,40 @@ def test_in_uid_mode_a_process_of_the_uid_outside_the_tree_is_the_sandboxs():
         assert escaped.wait(timeout=10) == -9
         time.sleep(0.3)
         assert other_uid.poll() is None and root.poll() is None
-        assert list(watch.killed) == [escaped.pid]
+        assert list(watch.killed) == [escaped.pid] and "resident" in watch.killed[escaped.pid]
     finally:
         watch.stop()
         for process in (escaped, other_uid, root):
             process.kill()
             process.wait()
+
+
+def test_processes_under_the_limit_but_over_it_together_lose_workers_largest_first():
+    """As a cgroup's OOM killer: only workers (oom_score_adj 1000) are taken, the largest first,
+    each shared page counted once; what fits stays."""
+    def victim() -> None:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+
+    root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sizes = [70, 80, 90, 60]  # MiB, each under the limit; 300 with the others' interpreters
+    workers = [hold(mib, preexec_fn=victim) for mib in sizes]
+    other = hold(80)  # held as much, but no worker (the zygote, say): never taken
+    # Make them the root's (as the zygote's workers are): watched as one sandbox.
+    limit = 230 * MIB
+    watch = MemoryWatch(os.getpid(), limit)  # this process's tree holds all of them
+    try:
+        time.sleep(1.5)
+        alive = [w.poll() is None for w in workers]
+    finally:
+        watch.stop()
+        for process in (*workers, other, root):
+            process.kill()
+            process.wait()
+    # Killed largest first until the rest fit: 90, 80 and 70 MiB went; 60 stayed.
+    assert alive == [False, False, False, True]
+    assert other.returncode == -9 and root.returncode == -9  # (by us, at the end)
+    assert all("together, over 230 MiB" in why for why in watch.killed.values())
 
 
 def test_a_sandbox_without_cgroup_or_address_limit_is_watched(make_sandbox, monkeypatch):
@@ -114,7 +145,9 @@ def test_a_sandbox_without_cgroup_or_address_limit_is_watched(make_sandbox, monk
                 blocks.append(bytearray(32 << 20))
         """, memory_bytes=1 << 30, call_timeout=30)
     assert sandbox.call("add", (1, 1), {}) == 2
-    with pytest.raises(SandboxFailure, match=r"was stopped at the memory limit \(\d+ MiB "
-                                             r"resident, over 1024 MiB\) during eat_memory"):
+    # Alone over the limit, or with the zygote beside it (which the cgroup would count too).
+    with pytest.raises(SandboxFailure, match=r"was stopped at the memory limit \((\d+ MiB "
+                                             r"resident|your processes held \d+ MiB together), "
+                                             r"over 1024 MiB.*\) during eat_memory"):
         sandbox.call("eat_memory", (), {})
     assert sandbox.call("add", (2, 2), {}) == 4  # a new worker; the zygote was not touched
