@@ -34,12 +34,10 @@ MEMORY_HEADROOM = 3 << 30
 
 def limit_memory(headroom: int = MEMORY_HEADROOM) -> int | None:
     """Cap this runner's address space (RLIMIT_AS, soft only, so that sandboxes it starts may
-    set their own); the limit set, or None on a GPU grader, where CUDA maps far more address
-    space than any such limit (the sandboxes' cgroups hold memory there)."""
+    set their own); the limit set, or None when its size cannot be read. On a GPU grader too:
+    the runner never starts CUDA (runner.gpus), whose mappings no such limit would hold."""
     import resource
 
-    if Path("/dev/nvidiactl").exists():
-        return None
     try:
         status = Path("/proc/self/status").read_text()
         size = int(status.split("VmSize:", 1)[1].split()[0]) * 1024
