@@ -149,15 +149,7 @@ def process_table(under: int | None = None) -> dict[int, ProcessEntry]:
     # Read after every rank scenario (dozens of times a grading): plain reads, no pathlib.
     # `status` (for the uid and pending signals) costs three times what `stat` does, so it is
     # read only for the processes asked about.
-    stats: dict[int, list[str]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read().decode(errors="replace")
-            except OSError:
-                continue
-            stats[int(name)] = stat[stat.rfind(")") + 2:].split()
+    stats = _stats()
     table: dict[int, ProcessEntry] = {}
     for pid in stats if under is None else _descendants(stats, under):
         try:
@@ -180,6 +172,20 @@ def process_table(under: int | None = None) -> dict[int, ProcessEntry]:
         except (KeyError, IndexError, ValueError):
             continue
     return table
+
+
+def _stats() -> dict[int, list[str]]:
+    """Every readable process's `stat` fields after its name (field 3 on): plain reads."""
+    stats: dict[int, list[str]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            stats[int(name)] = stat[stat.rfind(")") + 2:].split()
+    return stats
 
 
 def _descendants(stats: dict[int, list[str]], root: int) -> set[int]:
@@ -214,15 +220,7 @@ def resident_memory(root: int, uid: int | None = None,
     """The resident memory of a sandbox's processes: `root` and its descendants and, with
     `uid`, the processes of that uid that hold more than `over` bytes (a process's uid costs a
     `status` read, so only those are asked). Sampled often (see memory_watch): `stat` only."""
-    stats: dict[int, list[str]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read().decode(errors="replace")
-            except OSError:
-                continue
-            stats[int(name)] = stat[stat.rfind(")") + 2:].split()
+    stats = _stats()
     found: dict[int, Resident] = {}
     members = _descendants(stats, root)
     for pid, fields in stats.items():
