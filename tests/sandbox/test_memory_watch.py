@@ -102,32 +102,47 @@ def test_in_uid_mode_a_process_of_the_uid_outside_the_tree_is_the_sandboxs():
             process.wait()
 
 
+# A sandbox of processes each under 200 MiB, about 410 MiB together: four workers (70, 80, 90
+# and 60 MiB held; oom_score_adj 1000, as a zygote makes its workers) and one that is no worker
+# (80 MiB, the zygote, say). Says "ready" once all hold, then how each worker is after 1.5 s.
+MANY = f"""
+import subprocess, sys, time
+
+def victim():
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+
+def hold(mib, **kwargs):
+    process = subprocess.Popen([sys.executable, "-c", {HOLD!r}, str(mib)],
+                               stdout=subprocess.PIPE, **kwargs)
+    process.stdout.readline()
+    return process
+
+workers = [hold(mib, preexec_fn=victim) for mib in (70, 80, 90, 60)]
+other = hold(80)
+print("ready", flush=True)
+time.sleep(1.5)
+print(*[w.poll() for w in workers], other.poll(), flush=True)
+for process in (*workers, other):
+    process.kill()
+"""
+
+
 def test_processes_under_the_limit_but_over_it_together_lose_workers_largest_first():
     """As a cgroup's OOM killer: only workers (oom_score_adj 1000) are taken, the largest first,
     each shared page counted once; what fits stays."""
-    def victim() -> None:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-
-    root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    sizes = [70, 80, 90, 60]  # MiB, each under the limit; 300 with the others' interpreters
-    workers = [hold(mib, preexec_fn=victim) for mib in sizes]
-    other = hold(80)  # held as much, but no worker (the zygote, say): never taken
-    # Make them the root's (as the zygote's workers are): watched as one sandbox.
-    limit = 230 * MIB
-    watch = MemoryWatch(os.getpid(), limit)  # this process's tree holds all of them
+    root = subprocess.Popen([sys.executable, "-c", MANY], stdout=subprocess.PIPE, text=True)
+    assert root.stdout.readline() == "ready\n"
+    watch = MemoryWatch(root.pid, 200 * MIB)
     try:
-        time.sleep(1.5)
-        alive = [w.poll() is None for w in workers]
+        said = root.communicate(timeout=60)[0].split()
     finally:
         watch.stop()
-        for process in (*workers, other, root):
-            process.kill()
-            process.wait()
-    # Killed largest first until the rest fit: 90, 80 and 70 MiB went; 60 stayed.
-    assert alive == [False, False, False, True]
-    assert other.returncode == -9 and root.returncode == -9  # (by us, at the end)
-    assert all("together, over 230 MiB" in why for why in watch.killed.values())
+    # Killed largest first until the rest fit: 90, 80 and 70 MiB went; 60 stayed, and the one
+    # that is no worker too.
+    assert said == ["-9", "-9", "-9", "None", "None"]
+    assert len(watch.killed) == 3
+    assert all("together, over 200 MiB" in why for why in watch.killed.values())
 
 
 def test_a_sandbox_without_cgroup_or_address_limit_is_watched(make_sandbox, monkeypatch):
