@@ -18,9 +18,17 @@ def _attempt(what, action):
     print(f"HOSTILE {what}: {outcome}", flush=True)
 
 
-def _write_results():
-    with open(f"{_ROOT}/results/results.json", "w") as f:
+def _forge(name):
+    """The forged file, whole or not at all (written aside, then renamed): a container that
+    ends while a plain rewrite was half done left a truncated, unreadable file."""
+    part = f"{_ROOT}/results/.{name}.{_os.getpid()}"
+    with open(part, "w") as f:
         _json.dump(_FORGED, f)
+    _os.replace(part, f"{_ROOT}/results/{name}")
+
+
+def _write_results():
+    _forge("results.json")
 
 
 def _tamper_run_autograder():
@@ -65,8 +73,7 @@ def _rewriter():
     while _time.monotonic() < deadline:
         for name in ("results.json", "report.json"):
             try:
-                with open(f"{_ROOT}/results/{name}", "w") as f:
-                    _json.dump(_FORGED, f)
+                _forge(name)
             except OSError:
                 pass
         try:
