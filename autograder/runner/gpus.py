@@ -35,7 +35,7 @@ def hide_from_runner() -> GraderGpus:
     import torch
 
     os.environ[NVML_CHECK] = "1"
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = torch.cuda.device_count()  # NVML's count (0 in a CPU build): one NVML start
     kept = {VISIBLE: os.environ[VISIBLE]} if VISIBLE in os.environ else {}
     os.environ[VISIBLE] = ""  # CUDA and torch's NVML count alike: no device
     if torch.cuda.is_available():  # never true where NVML answers; refuse rather than mix
