@@ -62,6 +62,7 @@ from autograder.sandbox.processes import (
     sandbox_memory_bytes,
     seconds_text,
     strays,
+    wait_ended,
 )
 from autograder.sandbox.rendezvous import (
     AGENT_STORE_ENV,
@@ -1061,6 +1062,7 @@ class Sandbox:
     # Rounds of looking for strays once workers ended: a stray that forks between a look and
     # its kill leaves a child, found by the next round (the uid's process limit bounds them).
     STRAY_ROUNDS = 3
+    STRAY_END_WAIT = 5.0  # seconds
 
     def _stop_strays(self, table: dict[int, ProcessEntry] | None = None) -> None:
         """Kill what student code left running once the workers that started it ended (a
@@ -1087,6 +1089,9 @@ class Sandbox:
             stopped += len(found)
             if not found:
                 break
+            # Until they have ended, they still hold their memory and may run beside the next
+            # scenario (a SIGKILLed process ends only when next scheduled).
+            wait_ended(found, timeout=self.STRAY_END_WAIT)
         if stopped:
             self.events.record("left_running", f"{stopped} process(es) left running after "
                                                "their workers ended were stopped")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,30 @@ def kill_if_same(pid: int, started: str | None) -> None:
             pass
 
 
+def wait_ended(processes: dict[int, str], timeout: float) -> dict[int, str]:
+    """Wait until each of `processes` (pid -> start time) has ended: gone, or a zombie (its
+    memory freed). A SIGKILLed process ends only once it is scheduled, which on a loaded machine
+    takes a while. Returns those still running at `timeout` (e.g. stuck in uninterruptible I/O)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        running = {}
+        for pid, started in processes.items():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 19 and fields[19] == started and fields[0] not in ("Z", "X", "x"):
+                running[pid] = started
+        if not running or time.monotonic() >= deadline:
+            return running
+        processes = running
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 @dataclass(frozen=True)
 class ProcessEntry:
     """One process as /proc shows it, for telling a sandbox's strays from what it runs."""
@@ -145,7 +170,7 @@ PF_EXITING = 0x4  # task flag (/proc/PID/stat field 9): do_exit has begun
 
 def process_table(under: int | None = None) -> dict[int, ProcessEntry]:
     """Every process this one can read in /proc, or with `under` only that process and its
-    descendants (those that end meanwhile are left out)."""
+    descendants (those that end meanwhile are kept, as dying)."""
     # Read after every rank scenario (dozens of times a grading): plain reads, no pathlib.
     # `status` (for the uid and pending signals) costs three times what `stat` does, so it is
     # read only for the processes asked about.
@@ -156,6 +181,12 @@ def process_table(under: int | None = None) -> dict[int, ProcessEntry]:
             with open(f"/proc/{pid}/status", "rb") as f:
                 status = f.read().decode(errors="replace")
         except OSError:
+            # It ended since its `stat` was read: kept as dying, so that the chain of parents
+            # its orphans still name (they may not be reparented yet in this snapshot) holds.
+            fields = stats[pid]
+            if len(fields) > 19 and fields[1].isdigit():
+                table[pid] = ProcessEntry(ppid=int(fields[1]), uid=-1, started=fields[19],
+                                          dying=True)
             continue
         lines = {}
         for line in status.splitlines():

@@ -5,7 +5,13 @@ import signal
 import subprocess
 import time
 
-from autograder.sandbox.processes import ProcessEntry, process_table, strays
+from autograder.sandbox.processes import (
+    ProcessEntry,
+    process_start_time,
+    process_table,
+    strays,
+    wait_ended,
+)
 
 SANDBOX_UID = 5000
 
@@ -68,3 +74,28 @@ def test_under_a_process_the_table_holds_its_tree_only():
             os.kill(pid, signal.SIGKILL)
         shell.kill()
         shell.wait()
+
+
+def test_a_dying_parent_still_links_its_orphans_to_the_zygote():
+    """A worker that ended while the table was read is kept, as dying: its children, not yet
+    reparented in that snapshot, are still found as the sandbox's strays."""
+    table = {**TABLE, 12: entry(11, dying=True)}
+    assert {13, 14} <= set(strays(table, zygote=11, keep=set(), uid=None))
+
+
+def test_waiting_for_killed_processes_to_end():
+    killed = subprocess.Popen(["sleep", "30"])
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        started = {p.pid: process_start_time(p.pid) for p in (killed, running)}
+        os.kill(killed.pid, signal.SIGKILL)
+        # the killed one ends (a zombie until reaped: its memory is freed); the other does not
+        assert wait_ended({killed.pid: started[killed.pid]}, timeout=10) == {}
+        assert wait_ended({running.pid: started[running.pid]}, timeout=0.2) == \
+            {running.pid: started[running.pid]}
+        # a pid that is now another process's is not waited for
+        assert wait_ended({running.pid: "0"}, timeout=10) == {}
+    finally:
+        for process in (killed, running):
+            process.kill()
+            process.wait()
