@@ -45,6 +45,7 @@ from autograder.sandbox.client import (
     ImportsSpent,
     ImportStopped,
     MissingFunction,
+    ObservedFailure,
     RankResults,
     Sandbox,
     SandboxCrash,
@@ -59,6 +60,7 @@ from autograder.sandbox.client import (
     ZygoteLost,
     ZygoteSource,
 )
+from autograder.sandbox.observer import Observer
 from autograder.sandbox.processes import seconds_text
 from autograder.sandbox.reports import Reads, ReportError, as_report, rank_reports
 from autograder.sandbox_runtime.codec import CodecError
@@ -241,7 +243,8 @@ class Student:
 
     def run_ranks(self, fn: Callable, world_size: int, *args: Any,
                   per_rank: list | None = None, stores: int = 1,
-                  store_host: str = "127.0.0.1") -> RankResults:
+                  store_host: str = "127.0.0.1", observer: Observer | None = None
+                  ) -> RankResults:
         """Run `fn(module, rank, world_size, port, *args)` in `world_size` rank processes
         (fresh, or kept from an earlier scenario and reset: Sandbox.run_ranks);
         with `per_rank`, rank r alone also gets `per_rank[r]` as its last argument.
@@ -249,7 +252,10 @@ class Student:
         `port` is a rendezvous store the grader hosts (`stores=2`: a second one, its port
         right after `port`), listening at `store_host` (a loopback address) only; the
         result's `stores` say which ranks met at each
-        (`StoreView.ranks_met()`): only ranks that made a real process group there did."""
+        (`StoreView.ranks_met()`): only ranks that made a real process group there did.
+
+        With `observer` (autograder.runner.observe), one rank is the grader's own: its record
+        is the result's `observed`, and a failure it saw fails the test at once (no retry)."""
         function, name = self._spec.function, _probe_name(fn)
         self._plugin.refuse_if_blocked(function, self._spec)
         sandbox = self._sandbox()
@@ -276,7 +282,7 @@ class Student:
                 return rank_reports(sandbox.run_ranks(
                     name, world_size, args, timeout, self._plugin.rank_output_dir(), function,
                     gpus=self._simulated, per_rank=per_rank, stores=stores,
-                    store_host=store_host), self._reads)
+                    store_host=store_host, observer=observer), self._reads)
             except SandboxTimeout as exc:
                 if hangs <= 0 or crashes <= 0:
                     self._plugin.record_hang(function, exc.seconds, self._spec)
@@ -289,6 +295,11 @@ class Student:
                 if crashes <= 0 or self._plugin.crashed_out(function) or imports.left() <= 0:
                     raise
                 crashes -= 1
+            except ObservedFailure as exc:
+                imports.charge(time.monotonic() - started)
+                if exc.student_error is not None:
+                    self._plugin.saw_raised(self._spec, [exc.student_error])
+                raise
             except SandboxFailure:
                 imports.charge(time.monotonic() - started)
                 raise
@@ -344,6 +355,7 @@ FAILURE_CAUSES: tuple[tuple[type[SandboxFailure], TestCause], ...] = (
     (ImportsSpent, "not_run_imports"),
     (SandboxTimeout, "timed_out"),
     (BudgetUsedUp, "timed_out"),
+    (ObservedFailure, "wrong_result"),  # the grader's own rank saw the student's ranks err
     (ZygoteKilled, "sandbox_killed"),
     (ZygoteLost, "sandbox_killed"),
     (SandboxCrash, "crashed"),

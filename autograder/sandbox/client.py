@@ -48,6 +48,7 @@ from autograder.sandbox.isolation import (
 from autograder.sandbox.launcher import FAILED as LAUNCHER_FAILED
 from autograder.sandbox.launcher import install_seccomp
 from autograder.sandbox.memory_watch import MemoryWatch
+from autograder.sandbox.observer import Observer, ObserverProcess
 from autograder.sandbox.processes import (
     ProcessEntry,
     children_of,
@@ -145,6 +146,18 @@ class ZygoteKilled(SandboxCrash):
     """The worker ended with its sandbox's parent process (the zygote), killed meanwhile."""
 
 
+class ObservedFailure(SandboxFailure):
+    """The grader's own rank in a scenario (its observer) saw the student's ranks do wrong: a
+    collective of the wrong size or contents, one never posted, one posted too late. The
+    verdict of that scenario, never retried (unlike a hang or a crash of a student's rank,
+    which the observer's end usually causes). `student_error`: what a student rank raised
+    meanwhile, if any (a NotImplementedError tells unfinished work)."""
+
+    def __init__(self, message: str, student_error: StudentError | None) -> None:
+        self.student_error = student_error
+        super().__init__(message)
+
+
 class ImportsSpent(SandboxFailure):
     """Starting the student's code has taken the submission's whole allowance (ImportBudget):
     no worker is started for it again."""
@@ -237,12 +250,17 @@ MAX_CAUGHT = 8
 
 
 class RankResults(list):
-    """The per-rank results of a multi-process scenario (a list), with what the trusted
-    rendezvous stores saw (`stores`, in the order of their ports)."""
+    """The per-rank results of a multi-process scenario (a list, in rank order: the student's
+    ranks only, when the grader ran one of them), with what the trusted rendezvous stores saw
+    (`stores`, in the order of their ports), the rank number of each result (`ranks`) and
+    the record of the grader's own rank (`observed`; None without one)."""
 
-    def __init__(self, results: list[Any], stores: list[StoreView]) -> None:
+    def __init__(self, results: list[Any], stores: list[StoreView],
+                 ranks: list[int] | None = None, observed: dict | None = None) -> None:
         super().__init__(results)
         self.stores = stores
+        self.ranks = list(range(len(results))) if ranks is None else ranks
+        self.observed = observed
 
 
 def caught_errors(reply: dict, function: str) -> list[StudentError]:
@@ -565,7 +583,8 @@ class Zygote:
 def _copy_rank_output(processes: list[_Process], folder: Path, limit: int) -> None:
     """What each rank wrote since the last scenario, into `folder`/rank{r}.log (capped); the
     rank's own file emptied, so that a kept rank's output never nears the file-size limit."""
-    for rank, process in enumerate(processes):
+    for process in processes:
+        rank = process.rank
         try:
             with open(process.output_path, "rb") as f:
                 f.seek(process.output_offset)
@@ -787,17 +806,20 @@ class _KeptRanks:
     def processes(self) -> list[_Process]:
         return [process for idle in self._idle.values() for process in idle]
 
-    def take(self, gpus: int, count: int) -> tuple[list[_Process | None], list[_Process]]:
-        """For ranks 0 to `count - 1` simulating `gpus`, the kept process of that rank number
-        that did reset (None: none); and the processes to end (no reset)."""
-        slots: list[_Process | None] = [None] * count
+    def take(self, gpus: int, ranks: Sequence[int]
+             ) -> tuple[list[_Process | None], list[_Process]]:
+        """For each of `ranks` simulating `gpus`, the kept process of that rank number that
+        did reset (None: none); and the processes to end (no reset)."""
+        slots: list[_Process | None] = [None] * len(ranks)
+        index = {rank: i for i, rank in enumerate(ranks)}
         left, ended = [], []
         deadline = time.monotonic() + self.RESET_SECONDS
         for process in self._idle.pop(gpus, []):
-            if process.rank >= count or slots[process.rank] is not None:
+            slot = index.get(process.rank)
+            if slot is None or slots[slot] is not None:
                 left.append(process)
             elif self._was_reset(process, deadline):
-                slots[process.rank] = process
+                slots[slot] = process
             else:
                 ended.append(process)
         if left:
@@ -1130,11 +1152,16 @@ class Sandbox:
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str, gpus: int = 0,
                   per_rank: Sequence | None = None, stores: int = 1,
-                  store_host: str = "127.0.0.1") -> RankResults:
+                  store_host: str = "127.0.0.1", observer: Observer | None = None
+                  ) -> RankResults:
         """Run `probe(module, rank, world_size, port, *more_ports, *args)` in `world_size`
         rank workers (each simulating `gpus` GPUs when not 0), each rank's output in
         `output_dir`/rank{r}.log. With `per_rank`, rank r alone also gets `per_rank[r]` as its
         last argument, so no rank can know another's inputs.
+
+        With `observer`, rank `observer.rank` is the grader's own (see observer.py): forked
+        from this process, not the sandbox, and its record comes back as
+        `RankResults.observed`; a failure it saw raises ObservedFailure.
 
         `port` (and the `stores - 1` more ports) is a rendezvous store hosted here, which
         the ranks' `init_process_group` joins as clients (see rendezvous.py), listening at
@@ -1153,17 +1180,62 @@ class Sandbox:
         scenario = (probe, world_size, args, timeout, output_dir, function, gpus, per_rank,
                     stores, store_host)
         try:
-            return self._scenario(*scenario, reuse=True)
+            return self._scenario(*scenario, observer, reuse=True)
         except _EndedEarlier:  # a kept rank had ended since its last scenario: not this one's
-            return self._scenario(*scenario, reuse=False)
+            return self._scenario(*scenario, observer, reuse=False)
 
     def _scenario(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str, gpus: int, per_rank: Sequence | None,
-                  stores: int, store_host: str, reuse: bool) -> RankResults:
+                  stores: int, store_host: str, observer: Observer | None, reuse: bool
+                  ) -> RankResults:
+        """The student's ranks' scenario, and its observer's verdict when it has one."""
+        if observer is None:
+            return self._student_ranks(probe, world_size, args, timeout, output_dir, function,
+                                       gpus, per_rank, stores, store_host, None, None, reuse)
+        if not 0 <= observer.rank < world_size:
+            raise ValueError(f"an observer's rank must be below {world_size}")
+        started: list[ObserverProcess] = []
+
+        def observe(ports: list[int]) -> None:
+            netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
+            started.append(ObserverProcess(observer, world_size, ports, store_host, netns,
+                                           output_dir / "observer", timeout))
+
+        try:
+            results = self._student_ranks(probe, world_size, args, timeout, output_dir,
+                                          function, gpus, per_rank, stores, store_host,
+                                          observer.rank, observe, reuse)
+        except (SandboxFailure, StudentError) as exc:
+            # The student's ranks failed, often because the observer ended first (gloo ended
+            # its peers' collectives): what the observer saw is the reason to give.
+            failure = started[0].finish().failure() if started else None
+            if failure is None:
+                raise
+            raise ObservedFailure(failure, exc if isinstance(exc, StudentError) else None) \
+                from None
+        except BaseException:
+            for process in started:
+                process.kill()
+            raise
+        observed = started[0].finish()
+        failure = observed.failure()
+        if failure is not None:
+            raise ObservedFailure(failure, None)
+        results.observed = observed.record
+        return results
+
+    def _student_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
+                       output_dir: Path, function: str, gpus: int, per_rank: Sequence | None,
+                       stores: int, store_host: str, observer_rank: int | None,
+                       observe: Callable[[list[int]], None] | None, reuse: bool
+                       ) -> RankResults:
+        """Fork (or take kept) rank workers for every rank but `observer_rank`, and run the
+        probe in them (`observe` is called with the stores' ports before any rank starts)."""
         what = f"{function} (scenario {probe}, {world_size} processes)"
-        slots: list[_Process | None] = [None] * world_size
+        ranks = [rank for rank in range(world_size) if rank != observer_rank]
+        slots: list[_Process | None] = [None] * len(ranks)
         if reuse and self.keep_ranks:
-            slots, ended = self._kept.take(gpus, world_size)
+            slots, ended = self._kept.take(gpus, ranks)
             if ended:
                 self._end_ranks(ended)
         processes = [process for process in slots if process is not None]
@@ -1171,20 +1243,24 @@ class Sandbox:
         ports: list[int] = []
         viewed = replied = False
         try:
-            for rank, kept in enumerate(slots):
+            for index, kept in enumerate(slots):
                 if kept is None:
-                    processes.insert(rank, self._fork("rank", self._rank_log(), gpus))
-                    processes[rank].rank = rank
+                    processes.insert(index, self._fork("rank", self._rank_log(), gpus))
+                    processes[index].rank = ranks[index]
             if any(process.gone() for process in processes if process.pid in reused):
                 raise _EndedEarlier()  # a kept rank ended since its reset: not this one's doing
             ports = self._stores(stores, store_host)
-            for rank, process in enumerate(processes):
+            if observe is not None:
+                observe(ports)
+            for process in processes:
+                rank = process.rank
                 own = () if per_rank is None else (per_rank[rank],)
                 process.send({"op": "probe", "name": probe, "env": AGENT_STORE_ENV,
                               "args": (rank, world_size, *ports, *args, *own), "kwargs": {}})
             deadline = time.monotonic() + timeout
             replies = []
-            for rank, process in enumerate(processes):
+            for process in processes:
+                rank = process.rank
                 try:
                     replies.append(process.read(max(0.1, deadline - time.monotonic())))
                 except wire.WireTimeout:
@@ -1204,7 +1280,8 @@ class Sandbox:
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
             views, viewed = self._store_host.views(), True
-            return RankResults([_outcome(reply, what, function) for reply in replies], views)
+            return RankResults([_outcome(reply, what, function) for reply in replies], views,
+                               [process.rank for process in processes])
         finally:
             if ports and not viewed:
                 self._store_host.views()  # (stops this scenario's stores)

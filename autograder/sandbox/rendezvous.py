@@ -196,12 +196,8 @@ def _host(channel: socket.socket, netns_pid: int | None, server: StoreServer) ->
         # None of the runner's descriptors (sandbox channels, pipes) stays open in here.
         os.closerange(3, channel.fileno())
         os.closerange(channel.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner
-        if netns_pid is not None and not _same_netns(netns_pid):
-            if os.geteuid() != 0:  # our own user namespace first: we own it, and hold its caps
-                _join(libc, f"/proc/{netns_pid}/ns/user", _CLONE_NEWUSER)
-            _join(libc, f"/proc/{netns_pid}/ns/net", _CLONE_NEWNET)
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner
+        enter_network(netns_pid)
         _send(channel, {"ready": True})
     except BaseException as exc:  # noqa: BLE001 - the runner says what failed
         _answer_error(channel, exc)
@@ -238,6 +234,17 @@ def _answer_error(channel: socket.socket, exc: BaseException) -> None:
         _send(channel, {"error": f"{type(exc).__name__}: {exc}"[:500]})
     except OSError:
         pass
+
+
+def enter_network(netns_pid: int | None) -> None:
+    """Join the network namespace of process `netns_pid` (None: stay in this one). Only in a
+    single-threaded process (a fresh fork): joining a user namespace requires it."""
+    if netns_pid is None or _same_netns(netns_pid):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if os.geteuid() != 0:  # our own user namespace first: we own it, and hold its caps
+        _join(libc, f"/proc/{netns_pid}/ns/user", _CLONE_NEWUSER)
+    _join(libc, f"/proc/{netns_pid}/ns/net", _CLONE_NEWNET)
 
 
 def _same_netns(pid: int) -> bool:

@@ -264,6 +264,7 @@ def as_report(value: Any, what: str = "the scenario's report", reads: Reads | No
 def rank_reports(results: list, reads: Reads | None = None) -> list:
     """Each rank's result of a `run_ranks` scenario made a report ("rank 1's report"), in
     place: the list itself (and what else it carries) is the one `Sandbox.run_ranks` made."""
+    ranks = getattr(results, "ranks", range(len(results)))
     results[:] = [as_report(r, f"rank {rank}'s report", reads)
-                  for rank, r in enumerate(results)]
+                  for rank, r in zip(ranks, results, strict=True)]
     return results

@@ -71,9 +71,10 @@ def test_a_process_over_the_limit_is_killed_one_under_it_or_outside_is_not():
         outsider.kill()
     assert said == ["hog", "-9", "modest", "None"]  # SIGKILLed; the modest one still ran
     (why,) = watch.killed.values()
-    # Stopped soon after it went over: it grows 32 MiB every 20 ms and is sampled every 50 ms.
+    # Stopped while it grew (up to 1 GiB), once seen over: how far over depends on how often
+    # a loaded machine let the watch sample.
     seen = int(re.fullmatch(r"(\d+) MiB resident, over 200 MiB", why)[1])
-    assert 200 < seen < 200 + 256
+    assert 200 < seen < 1024
     assert outsider.poll() is None or outsider.returncode == -9  # (killed by us, above)
 
 

@@ -1,0 +1,87 @@
+"""The torch half of a scenario's observer (autograder.sandbox.observer): what an assignment's
+trusted observers.py builds on.
+
+    results = student.run_ranks(probes.naive_step, 2, shapes, per_rank=shards,
+                                observer=observe(observers.naive_step, expected, rank=0))
+    assert results.observed["steps"] == 3
+
+`observe(fn, *args, rank=...)` makes the `Observer` the sandbox forks for one scenario: in that
+process, `fn(seat, *args)` runs as rank `rank` and returns its record (JSON data). It joins the
+scenario's group with `join_group(seat)`, says what it is about to do with `seat.note(...)`
+before each collective, and returns `{"failure": "..."}` when the student's ranks did wrong; a
+collective that fails (a peer that never posted, or left) is such a failure too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autograder.sandbox.observer import Observer, Seat
+
+
+def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -> Observer:
+    """The observer that runs `fn(seat, *args)` as rank `rank` of a scenario, waiting at most
+    `wait` seconds for any one collective of the student's ranks."""
+    def run(seat: Seat) -> dict:
+        last: list[str] = []
+
+        def note(text: str) -> None:
+            last[:] = [text]
+            seat.note(text)
+
+        try:
+            record = fn(Seat(seat.rank, seat.world_size, seat.ports, seat.host, seat.wait,
+                             note), *args)
+        except Exception as exc:
+            if not _from_a_collective(exc):
+                raise  # the observer's own mistake: the grader's failure
+            where = f" at: {last[0]}" if last else ""
+            return {"failure": f"the grader's own rank in this scenario found no matching "
+                               f"collective from your ranks{where} ({_first_line(exc)})"}
+        if type(record) is not dict:
+            raise TypeError(f"an observer returns a dict, not {type(record).__name__}")
+        return record
+
+    return Observer(rank, run, wait)
+
+
+def join_group(seat: Seat, backend: str = "gloo") -> None:
+    """Join the scenario's default process group as the seat's rank, at its first store (as
+    the student's ranks do: a client of the grader's store)."""
+    torch.set_num_threads(1)
+    seat.note("joining the scenario's process group")
+    dist.init_process_group(backend, init_method=f"tcp://{seat.host}:{seat.ports[0]}",
+                            rank=seat.rank, world_size=seat.world_size,
+                            timeout=datetime.timedelta(seconds=seat.wait))
+
+
+_DISTRIBUTED = str(Path(dist.__file__).parent) + os.sep
+
+
+def _from_a_collective(exc: BaseException) -> bool:
+    """Whether `exc` came out of torch.distributed (a collective, a wait, the group's start):
+    gloo says a peer never came or left with a plain RuntimeError, so where it was raised
+    tells, not its class."""
+    if isinstance(exc, dist.DistError):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(_DISTRIBUTED)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    found = next((line for line in lines if "Timed out" in line or "by peer" in line), None)
+    line = found or (lines[0] if lines else type(exc).__name__)
+    return _SOURCE.sub("", line)[:300]  # (gloo's source file and line: not the student's)
+
+
+_SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*")

@@ -1,0 +1,239 @@
+"""A rank of the grader's own in a student's process group: the observer of a scenario.
+
+What a rank scenario reports comes from the student's processes, whose import-time code can
+forge it. An observer is one rank of the scenario that the grader runs itself: a fork of the
+trusted runner (torch already imported), in the sandbox's network namespace, running a trusted
+function (an assignment's observers.py, never copied into the sandbox) as that rank of the
+group. What it records of the collectives the student's ranks posted (how many, their sizes,
+what they carried, when they came) is written by trusted code only.
+
+gloo treats a peer's mistakes harshly: a rank that receives more bytes than it posted aborts
+(SIGABRT, which nothing catches), and a collective that nobody else posts waits until the group's
+timeout. So each scenario gets a fresh observer process; it notes what it is about to do before
+each step (`Seat.note`), so that an abort says where it happened, and writes its record last,
+to files of the runner's that the sandbox cannot reach. What it saw is the scenario's verdict:
+a failure it saw is the student's (`Observed.failure`), not a hang or a crash to retry.
+
+Only the torch-free half lives here (the process, its files, its end); the runner gives the
+function to run (autograder.runner.observe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import re
+import resource
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.project.inert import inert
+from autograder.sandbox.isolation import sandbox_ids
+from autograder.sandbox.rendezvous import AGENT_STORE_ENV, enter_network
+
+_PR_SET_PDEATHSIG = 1
+MAX_RECORD_BYTES = 1 << 20  # what is read back of its notes and record
+MAX_OUTPUT_BYTES = 64 << 10  # what is read back of its output (the end of it)
+NOTES_KEPT = 3  # the last notes shown with a failure
+GRACE_SECONDS = 2.0  # past its timeout, before it is killed
+
+
+class ObserverBroken(Exception):
+    """The observer's own code raised: the grader's failure, never the student's (what the
+    student's ranks do wrong, an observer says in its record, or gloo says by aborting it)."""
+
+
+@dataclass(frozen=True)
+class Seat:
+    """What the observer process is told of its scenario."""
+
+    rank: int
+    world_size: int
+    ports: tuple[int, ...]  # the scenario's rendezvous stores
+    host: str  # where they listen
+    wait: float  # seconds to wait for any one collective of the student's (its group's timeout)
+    note: Callable[[str], None]  # one line on what it is about to do, written at once
+
+
+@dataclass(frozen=True)
+class Observer:
+    """A rank the grader runs in a scenario (Sandbox.run_ranks(observer=...)): `run` is called
+    in the observer process and returns its record (plain JSON data; a str under "failure"
+    when it saw the student's ranks do wrong)."""
+
+    rank: int
+    run: Callable[[Seat], dict]
+    wait: float = 3.0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """How an observer ended, and what it recorded."""
+
+    record: dict | None  # None: it wrote none (it was killed, or raised)
+    notes: tuple[str, ...]  # its last notes
+    ended: str | None  # how it ended when not by returning its record
+    output: str  # the end of what it printed (gloo's message, when gloo aborted it)
+
+    def failure(self) -> str | None:
+        """What the observer saw go wrong, for the student; None when it saw nothing wrong."""
+        if self.record is not None and self.ended is None:
+            said = self.record.get("failure")
+            return None if said is None else inert(str(said))[:2000]
+        where = f" at: {self.notes[-1]}" if self.notes else " before its first collective"
+        detail = _gloo_message(self.output)
+        return inert(f"the grader's own rank in this scenario {self.ended}{where}"
+                      + (f" ({detail})" if detail else ""))[:2000]
+
+
+class ObserverProcess:
+    """One scenario's observer, forked from this (trusted) process."""
+
+    def __init__(self, observer: Observer, world_size: int, ports: list[int], host: str,
+                 netns_pid: int | None, folder: Path, timeout: float) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.record_path, self.output_path = folder / "observer.jsonl", folder / "observer.log"
+        self.deadline = time.monotonic() + timeout + GRACE_SECONDS
+        self.timeout = timeout
+        record_fd = os.open(self.record_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        output_fd = os.open(self.output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            self.pid = os.fork()
+            if self.pid == 0:
+                _observe(observer, world_size, tuple(ports), host, netns_pid, record_fd,
+                         output_fd, timeout)
+        finally:
+            os.close(record_fd)
+            os.close(output_fd)
+        self._status: int | None = None
+
+    def finish(self) -> Observed:
+        """Wait for it to end (until its timeout, then kill it) and read what it left."""
+        ended = None
+        while self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._status = status
+            elif time.monotonic() >= self.deadline:
+                self.kill()
+                ended = f"did not finish within {self.timeout:.0f} s"
+            else:
+                time.sleep(0.005)
+        notes, raised, record = self._read_records()
+        if raised is not None:
+            raise ObserverBroken(f"the grader's own rank raised {raised}"
+                                 + (f" at: {notes[-1]}" if notes else ""))
+        if ended is None:
+            code = os.waitstatus_to_exitcode(self._status)
+            if code < 0:
+                ended = f"was killed by {signal.Signals(-code).name}"
+            elif record is None:
+                ended = "ended without a record"
+        output = _tail(self.output_path, MAX_OUTPUT_BYTES)
+        return Observed(record, tuple(notes[-NOTES_KEPT:]), ended, output)
+
+    def kill(self) -> None:
+        if self._status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, self._status = os.waitpid(self.pid, 0)
+
+    def _read_records(self) -> tuple[list[str], str | None, dict | None]:
+        """Its notes, what it raised (None: nothing) and its record (None: none)."""
+        notes: list[str] = []
+        raised = record = None
+        try:
+            with open(self.record_path, "rb") as f:
+                data = f.read(MAX_RECORD_BYTES + 1)
+        except OSError:
+            data = b""
+        if len(data) > MAX_RECORD_BYTES:
+            raise ObserverBroken(f"the grader's own rank wrote more than "
+                                 f"{MAX_RECORD_BYTES >> 20} MB of notes and record")
+        lines = data.decode(errors="replace").splitlines()
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # (a last line cut at the cap)
+            if type(entry) is not dict:
+                continue
+            if type(entry.get("note")) is str:
+                notes.append(entry["note"][:500])
+            elif type(entry.get("raised")) is str:
+                raised = entry["raised"][:1000]
+            elif type(entry.get("record")) is dict:
+                record = entry["record"]
+        return notes, raised, record
+
+
+def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: str,
+             netns_pid: int | None, record_fd: int, output_fd: int, timeout: float) -> None:
+    """The observer process: never returns."""
+    try:
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        keep = sorted({0, 1, 2, record_fd})
+        for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
+            os.closerange(low + 1, high)  # none of the runner's channels stays open here
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner
+        enter_network(netns_pid)
+        cpu = math.ceil(timeout) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        if os.geteuid() == 0:
+            # It reads what the student's ranks send, through gloo's C++: not as root.
+            uid, gid = sandbox_ids()
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        os.environ.update(AGENT_STORE_ENV)
+
+        def note(text: str) -> None:
+            _write(record_fd, {"note": str(text)[:500]})
+
+        seat = Seat(observer.rank, world_size, ports, host, observer.wait, note)
+        record = observer.run(seat)
+        _write(record_fd, {"record": record})
+    except BaseException as exc:  # noqa: BLE001 - said in its record, for the runner
+        try:
+            _write(record_fd, {"raised": f"{type(exc).__name__}: {exc}"[:1000]})
+        except BaseException:  # noqa: BLE001, S110 - nothing more can be said
+            pass
+    finally:
+        os._exit(0)  # no gloo teardown: a peer's state would make it abort
+
+
+def _write(fd: int, entry: dict) -> None:
+    data = (json.dumps(entry, default=str) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _tail(path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(0, end - limit))
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# gloo's words for what a peer did: a size mismatch (the abort), a wait in vain, a peer gone.
+_GLOO_LINE = re.compile(r"(Received data size doesn't match expected size[^\n]*|"
+                        r"op\.preamble\.length <= op\.nbytes[^\n]*|Timed out waiting[^\n]*|"
+                        r"Connection (?:closed|reset) by peer[^\n]*)")
+
+
+def _gloo_message(output: str) -> str:
+    found = _GLOO_LINE.findall(output)
+    return found[-1].strip()[:300] if found else ""

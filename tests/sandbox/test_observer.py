@@ -1,0 +1,151 @@
+"""autograder.sandbox.observer: a rank of the grader's own in the student's process group.
+
+The observer runs trusted code (the functions below, in a fork of this process), joins the
+group the student's rank makes at the grader's store, and records what that rank posted: the
+grade can rest on it, where a student rank's own report could be forged.
+"""
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from autograder.runner.observe import join_group, observe
+from autograder.sandbox.client import ObservedFailure, SandboxTimeout
+from autograder.sandbox.observer import Observed, ObserverBroken
+
+PROBES = """
+def send_values(mod, rank, world_size, port, own):
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size)
+    values = torch.tensor(own)
+    mod.contribute(values)
+    return {"rank": rank, "pid": __import__("os").getpid()}
+"""
+
+HONEST = """
+import torch.distributed as dist
+def contribute(values):
+    dist.all_reduce(values)
+"""
+
+
+def received(seat, size):
+    """The observer: contributes zeros, so the sum is exactly what the student's rank sent."""
+    join_group(seat)
+    buffer = torch.zeros(size)
+    seat.note(f"all_reduce #0 ({size} float32)")
+    dist.all_reduce(buffer)
+    return {"got": buffer.tolist(), "uid": os.getuid()}
+
+
+def run(sandbox, tmp_path, values, observer_rank=0, wait=2.0, size=None):
+    per_rank = [None, None]
+    per_rank[1 - observer_rank] = values
+    return sandbox.run_ranks("send_values", 2, (), 60, tmp_path, "contribute",
+                             per_rank=per_rank,
+                             observer=observe(received, size or len(values),
+                                              rank=observer_rank, wait=wait))
+
+
+@pytest.mark.parametrize("observer_rank", [0, 1])
+def test_the_observer_records_what_the_students_rank_sent(make_sandbox, tmp_path,
+                                                           observer_rank):
+    sandbox = make_sandbox(HONEST, PROBES)
+    values = [float(v) for v in torch.randn(5)]
+    results = run(sandbox, tmp_path, values, observer_rank)
+    assert results.observed["got"] == pytest.approx(values)
+    # the student's rank alone ran in the sandbox, with its own rank number
+    assert results.ranks == [1 - observer_rank] and results[0]["rank"] == 1 - observer_rank
+    assert results.stores[0].ranks_met() == [0, 1]  # both met at the grader's store
+    assert (tmp_path / "observer" / "observer.jsonl").exists()
+    # it reads what the student's rank sends through gloo's C++: never as root, nor as the
+    # sandbox's uid (which could signal or trace it)
+    uid = results.observed["uid"]
+    assert uid != sandbox.ids[0] and (uid != 0 or os.geteuid() != 0)
+
+
+def test_kept_ranks_serve_the_rank_number_they_served(make_sandbox, tmp_path):
+    sandbox = make_sandbox(HONEST, PROBES)
+    first = run(sandbox, tmp_path, [1.0], observer_rank=0)[0]["pid"]
+    other = run(sandbox, tmp_path, [2.0], observer_rank=1)[0]["pid"]  # rank 0: a fresh one
+    again = run(sandbox, tmp_path, [3.0], observer_rank=0)
+    assert other != first and again[0]["pid"] == first
+    assert again.observed["got"] == [3.0]
+
+
+@pytest.mark.parametrize("sent, said", [
+    # more bytes than the observer posted: gloo aborts the observer
+    ("torch.cat([values, values])", "was killed by SIGABRT at: all_reduce #0 (3 float32)"),
+    # fewer: gloo aborts the student's rank, and the observer's collective fails
+    ("values[:1]", "found no matching collective from your ranks at: all_reduce #0"),
+    # none: the observer waits for it in vain
+    ("None", "found no matching collective from your ranks at: "
+                                       "all_reduce #0"),
+])
+def test_a_wrong_collective_is_the_students_failure_and_says_where(make_sandbox, tmp_path,
+                                                                    sent, said):
+    student = f"""
+import torch, torch.distributed as dist
+def contribute(values):
+    wrong = {sent}
+    if wrong is not None:
+        dist.all_reduce(wrong)
+"""
+    sandbox = make_sandbox(student, PROBES)
+    started = time.monotonic()
+    with pytest.raises(ObservedFailure) as caught:
+        run(sandbox, tmp_path, [1.0, 2.0, 3.0], wait=1.0)
+    assert said in str(caught.value)
+    assert time.monotonic() - started < 30  # the observer's wait, not the call's time limit
+
+
+def test_a_rank_that_never_joins_fails_at_the_groups_start(make_sandbox, tmp_path):
+    never_joins = PROBES.replace("dist.init_process_group(", "(lambda *a, **k: 0)(")
+    sandbox = make_sandbox(HONEST, never_joins)
+    with pytest.raises(ObservedFailure, match="at: joining the scenario's process group"):
+        run(sandbox, tmp_path, [1.0], wait=1.0)
+
+
+def test_what_the_students_rank_raised_comes_with_the_observers_verdict(make_sandbox, tmp_path):
+    sandbox = make_sandbox("def contribute(values):\n    raise NotImplementedError\n", PROBES)
+    with pytest.raises(ObservedFailure) as caught:
+        run(sandbox, tmp_path, [1.0], wait=1.0)
+    assert caught.value.student_error is not None
+    assert caught.value.student_error.is_a("NotImplementedError")
+
+
+def test_the_students_hang_is_not_the_observers_failure(make_sandbox, tmp_path):
+    """An observer that saw everything it waited for gives no verdict: a rank that hangs
+    afterwards is a hang as without an observer (retried once by the plugin)."""
+    student = HONEST + "    import time; time.sleep(60)\n"
+    sandbox = make_sandbox(student, PROBES)
+    with pytest.raises(SandboxTimeout):
+        sandbox.run_ranks("send_values", 2, (), 3, tmp_path, "contribute",
+                          per_rank=[None, [1.0]], observer=observe(received, 1, rank=0))
+
+
+def broken(seat):
+    join_group(seat)
+    raise ValueError("a bug of the grader's")
+
+
+def test_an_observer_that_raises_is_the_graders_failure(make_sandbox, tmp_path):
+    sandbox = make_sandbox(HONEST, PROBES)
+    with pytest.raises(ObserverBroken, match="ValueError: a bug of the grader's"):
+        sandbox.run_ranks("send_values", 2, (), 60, tmp_path, "contribute",
+                          per_rank=[None, [1.0]], observer=observe(broken, rank=0, wait=1.0))
+
+
+def test_an_observers_failure_is_inert_text():
+    observed = Observed({"failure": "sent \x1b[31mred\x07"}, (), None, "")
+    assert "\x1b" not in observed.failure() and "\x07" not in observed.failure()
+    aborted = Observed(None, ("all_reduce #2 (4 float32)",), "was killed by SIGABRT",
+                       "terminate called ... Received data size doesn't match expected "
+                       "size. 8 vs 4\nAborted")
+    assert aborted.failure() == (
+        "the grader's own rank in this scenario was killed by SIGABRT at: all_reduce #2 "
+        "(4 float32) (Received data size doesn't match expected size. 8 vs 4)")
