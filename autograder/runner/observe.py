@@ -8,8 +8,10 @@ trusted observers.py builds on.
 `observe(fn, *args, rank=...)` makes the `Observer` the sandbox forks for one scenario: in that
 process, `fn(seat, *args)` runs as rank `rank` and returns its record (JSON data). It joins the
 scenario's group with `join_group(seat)`, says what it is about to do with `seat.note(...)`
-before each collective, and returns `{"failure": "..."}` when the student's ranks did wrong; a
-collective that fails (a peer that never posted, or left) is such a failure too.
+before each collective, posts collectives asynchronously and waits for each with
+`posted(seat, work)`, and returns `{"failure": "..."}` for what the student's ranks did wrong.
+A collective that fails or is not answered within `wait` seconds is such a failure too; any
+other exception is the observer's own mistake (the grader's failure, never the student's).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ import torch.distributed as dist
 from autograder.sandbox.observer import Observer, Seat
 
 
+class Unanswered(Exception):
+    """A collective of the observer's that the student's ranks did not match in time, or that
+    gloo ended (a peer that left, a size it refused)."""
+
+
 def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -> Observer:
     """The observer that runs `fn(seat, *args)` as rank `rank` of a scenario, waiting at most
     `wait` seconds for any one collective of the student's ranks."""
@@ -40,12 +47,12 @@ def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -
 
         try:
             record = fn(Seat(seat.rank, seat.world_size, seat.ports, seat.host, seat.wait,
-                             note), *args)
+                             seat.timeout, note), *args)
         except Exception as exc:
-            if not _from_a_collective(exc):
+            if not (isinstance(exc, Unanswered) or _from_torch_distributed(exc)):
                 raise  # the observer's own mistake: the grader's failure
             where = f" at: {last[0]}" if last else ""
-            return {"failure": f"the grader's own rank in this scenario found no matching "
+            return {"failure": f"the grader's own rank in this scenario got no matching "
                                f"collective from your ranks{where} ({_first_line(exc)})"}
         if type(record) is not dict:
             raise TypeError(f"an observer returns a dict, not {type(record).__name__}")
@@ -56,19 +63,30 @@ def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -
 
 def join_group(seat: Seat, backend: str = "gloo") -> None:
     """Join the scenario's default process group as the seat's rank, at its first store (as
-    the student's ranks do: a client of the grader's store)."""
+    the student's ranks do: a client of the grader's store). Meeting may take as long as the
+    student's ranks take to start (the scenario's time); each collective then gets `wait`
+    seconds through `posted`."""
     torch.set_num_threads(1)
     seat.note("joining the scenario's process group")
     dist.init_process_group(backend, init_method=f"tcp://{seat.host}:{seat.ports[0]}",
                             rank=seat.rank, world_size=seat.world_size,
-                            timeout=datetime.timedelta(seconds=seat.wait))
+                            timeout=datetime.timedelta(seconds=seat.timeout))
+
+
+def posted(seat: Seat, work: dist.Work) -> None:
+    """Wait for an asynchronous collective (`async_op=True`) at most `seat.wait` seconds:
+    Unanswered when the student's ranks did not match it in time or gloo ended it."""
+    try:
+        work.wait(timeout=datetime.timedelta(seconds=seat.wait))
+    except Exception as exc:  # noqa: BLE001 - gloo says all of it with RuntimeError
+        raise Unanswered(_first_line(exc)) from exc
 
 
 _DISTRIBUTED = str(Path(dist.__file__).parent) + os.sep
 
 
-def _from_a_collective(exc: BaseException) -> bool:
-    """Whether `exc` came out of torch.distributed (a collective, a wait, the group's start):
+def _from_torch_distributed(exc: BaseException) -> bool:
+    """Whether `exc` came out of torch.distributed (a blocking collective, the group's start):
     gloo says a peer never came or left with a plain RuntimeError, so where it was raised
     tells, not its class."""
     if isinstance(exc, dist.DistError):

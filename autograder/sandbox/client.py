@@ -48,7 +48,7 @@ from autograder.sandbox.isolation import (
 from autograder.sandbox.launcher import FAILED as LAUNCHER_FAILED
 from autograder.sandbox.launcher import install_seccomp
 from autograder.sandbox.memory_watch import MemoryWatch
-from autograder.sandbox.observer import Observer, ObserverProcess
+from autograder.sandbox.observer import GRACE_SECONDS, Observer, ObserverProcess
 from autograder.sandbox.processes import (
     ProcessEntry,
     children_of,
@@ -1208,7 +1208,8 @@ class Sandbox:
         except (SandboxFailure, StudentError) as exc:
             # The student's ranks failed, often because the observer ended first (gloo ended
             # its peers' collectives): what the observer saw is the reason to give.
-            failure = started[0].finish().failure() if started else None
+            failure = started[0].finish(observer.wait + GRACE_SECONDS).failure() \
+                if started else None
             if failure is None:
                 raise
             raise ObservedFailure(failure, exc if isinstance(exc, StudentError) else None) \
@@ -1217,7 +1218,7 @@ class Sandbox:
             for process in started:
                 process.kill()
             raise
-        observed = started[0].finish()
+        observed = started[0].finish(observer.wait + GRACE_SECONDS)
         failure = observed.failure()
         if failure is not None:
             raise ObservedFailure(failure, None)

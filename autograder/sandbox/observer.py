@@ -40,7 +40,7 @@ _PR_SET_PDEATHSIG = 1
 MAX_RECORD_BYTES = 1 << 20  # what is read back of its notes and record
 MAX_OUTPUT_BYTES = 64 << 10  # what is read back of its output (the end of it)
 NOTES_KEPT = 3  # the last notes shown with a failure
-GRACE_SECONDS = 2.0  # past its timeout, before it is killed
+GRACE_SECONDS = 2.0  # past its time (or its wait, once the student's ranks ended): killed
 
 
 class ObserverBroken(Exception):
@@ -56,7 +56,8 @@ class Seat:
     world_size: int
     ports: tuple[int, ...]  # the scenario's rendezvous stores
     host: str  # where they listen
-    wait: float  # seconds to wait for any one collective of the student's (its group's timeout)
+    wait: float  # seconds to wait for any one collective of the student's ranks
+    timeout: float  # seconds it has in all (the scenario's)
     note: Callable[[str], None]  # one line on what it is about to do, written at once
 
 
@@ -99,7 +100,6 @@ class ObserverProcess:
         folder.mkdir(parents=True, exist_ok=True)
         self.record_path, self.output_path = folder / "observer.jsonl", folder / "observer.log"
         self.deadline = time.monotonic() + timeout + GRACE_SECONDS
-        self.timeout = timeout
         record_fd = os.open(self.record_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         output_fd = os.open(self.output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -112,16 +112,18 @@ class ObserverProcess:
             os.close(output_fd)
         self._status: int | None = None
 
-    def finish(self) -> Observed:
-        """Wait for it to end (until its timeout, then kill it) and read what it left."""
+    def finish(self, grace: float) -> Observed:
+        """Wait for it to end, once the student's ranks have ended: at most `grace` seconds
+        (nothing can answer its collectives any more), then kill it; read what it left."""
         ended = None
+        deadline = min(self.deadline, time.monotonic() + grace)
         while self._status is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self._status = status
-            elif time.monotonic() >= self.deadline:
+            elif time.monotonic() >= deadline:
                 self.kill()
-                ended = f"did not finish within {self.timeout:.0f} s"
+                ended = "was still waiting when your ranks had ended"
             else:
                 time.sleep(0.005)
         notes, raised, record = self._read_records()
@@ -200,7 +202,7 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
         def note(text: str) -> None:
             _write(record_fd, {"note": str(text)[:500]})
 
-        seat = Seat(observer.rank, world_size, ports, host, observer.wait, note)
+        seat = Seat(observer.rank, world_size, ports, host, observer.wait, timeout, note)
         record = observer.run(seat)
         _write(record_fd, {"record": record})
     except BaseException as exc:  # noqa: BLE001 - said in its record, for the runner

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from autograder.runner.observe import join_group, observe
+from autograder.runner.observe import join_group, observe, posted
 from autograder.sandbox.client import ObservedFailure, SandboxTimeout
 from autograder.sandbox.observer import Observed, ObserverBroken
 
@@ -38,7 +38,7 @@ def received(seat, size):
     join_group(seat)
     buffer = torch.zeros(size)
     seat.note(f"all_reduce #0 ({size} float32)")
-    dist.all_reduce(buffer)
+    posted(seat, dist.all_reduce(buffer, async_op=True))
     return {"got": buffer.tolist(), "uid": os.getuid()}
 
 
@@ -81,9 +81,9 @@ def test_kept_ranks_serve_the_rank_number_they_served(make_sandbox, tmp_path):
     # more bytes than the observer posted: gloo aborts the observer
     ("torch.cat([values, values])", "was killed by SIGABRT at: all_reduce #0 (3 float32)"),
     # fewer: gloo aborts the student's rank, and the observer's collective fails
-    ("values[:1]", "found no matching collective from your ranks at: all_reduce #0"),
+    ("values[:1]", "got no matching collective from your ranks at: all_reduce #0"),
     # none: the observer waits for it in vain
-    ("None", "found no matching collective from your ranks at: "
+    ("None", "got no matching collective from your ranks at: "
                                        "all_reduce #0"),
 ])
 def test_a_wrong_collective_is_the_students_failure_and_says_where(make_sandbox, tmp_path,
@@ -149,3 +149,11 @@ def test_an_observers_failure_is_inert_text():
     assert aborted.failure() == (
         "the grader's own rank in this scenario was killed by SIGABRT at: all_reduce #2 "
         "(4 float32) (Received data size doesn't match expected size. 8 vs 4)")
+
+
+def test_ranks_slow_to_start_are_met_all_the_same(make_sandbox, tmp_path):
+    """Meeting waits for the scenario's time (a rank's start is slow on half a CPU); only
+    each collective is held to the observer's `wait`."""
+    slow = PROBES.replace("    import torch,", "    import time; time.sleep(3)\n    import torch,")
+    sandbox = make_sandbox(HONEST, slow)
+    assert run(sandbox, tmp_path, [2.0], wait=1.0).observed["got"] == [2.0]
