@@ -98,8 +98,9 @@ def _from_torch_distributed(exc: BaseException) -> bool:
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     found = next((line for line in lines if "Timed out" in line or "by peer" in line), None)
-    line = found or (lines[0] if lines else type(exc).__name__)
-    return _SOURCE.sub("", line)[:300]  # (gloo's source file and line: not the student's)
+    line = _SOURCE.sub("", found or (lines[0] if lines else type(exc).__name__))
+    # gloo's first sentence; not its source file and line, nor its advice to read the logs
+    return re.split(r"(?<=\.)\s", line, maxsplit=1)[0][:300]
 
 
 _SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from autograder.project.inert import inert
 from autograder.sandbox.isolation import sandbox_ids
+from autograder.sandbox.launcher import LINUX_CAPABILITY_VERSION_3, PR_SET_NO_NEW_PRIVS
 from autograder.sandbox.rendezvous import AGENT_STORE_ENV, enter_network
 
 _PR_SET_PDEATHSIG = 1
@@ -192,11 +193,7 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
         cpu = math.ceil(timeout) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         if os.geteuid() == 0:
-            # It reads what the student's ranks send, through gloo's C++: not as root.
-            uid, gid = sandbox_ids()
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
+            _drop_root()
         os.environ.update(AGENT_STORE_ENV)
 
         def note(text: str) -> None:
@@ -212,6 +209,33 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
             pass
     finally:
         os._exit(0)  # no gloo teardown: a peer's state would make it abort
+
+
+# Of root's capabilities, the observer keeps one: reading any file. torch imports modules
+# lazily, and the interpreter may live where another uid cannot read (/root, 0700).
+_CAP_DAC_READ_SEARCH = 2
+_PR_SET_KEEPCAPS = 8
+
+
+def _drop_root() -> None:
+    """Become a fresh unprivileged uid (it reads what the student's ranks send, through gloo's
+    C++: not as root, nor as the sandbox's uid, which could signal it) that may still read
+    files, and gain no privilege again."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = sandbox_ids()
+    _check(libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0), "keepcaps")
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)  # (the effective capabilities go; with KEEPCAPS the permitted ones stay)
+    kept = 1 << _CAP_DAC_READ_SEARCH
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    _check(libc.capset(header, (ctypes.c_uint32 * 6)(kept, kept, 0, 0, 0, 0)), "capset")
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
 def _write(fd: int, entry: dict) -> None:

@@ -157,3 +157,23 @@ def test_ranks_slow_to_start_are_met_all_the_same(make_sandbox, tmp_path):
     slow = PROBES.replace("    import torch,", "    import time; time.sleep(3)\n    import torch,")
     sandbox = make_sandbox(HONEST, slow)
     assert run(sandbox, tmp_path, [2.0], wait=1.0).observed["got"] == [2.0]
+
+
+def imports_late(seat):
+    """An observer that imports a module nobody imported yet, after its uid was dropped."""
+    record = received(seat, 1)
+    import pickletools  # noqa: F401  (stdlib, imported by nothing here)
+
+    status = open("/proc/self/status").read()
+    return {**record, "caps": status.split("CapEff:")[1].split()[0]}
+
+
+def test_the_observer_still_imports_what_it_needs_late(make_sandbox, tmp_path):
+    """Only the right to read files stays of root's (the interpreter may be under /root)."""
+    sandbox = make_sandbox(HONEST, PROBES)
+    observed = sandbox.run_ranks("send_values", 2, (), 60, tmp_path, "contribute",
+                                 per_rank=[None, [1.0]],
+                                 observer=observe(imports_late, rank=0, wait=1.0))
+    if os.geteuid() == 0:
+        assert observed.observed["uid"] != 0
+        assert int(observed.observed["caps"], 16) == 1 << 2  # CAP_DAC_READ_SEARCH alone
