@@ -273,6 +273,23 @@ def caught_errors(reply: dict, function: str) -> list[StudentError]:
     return [StudentError(function, info) for info in found[:MAX_CAUGHT] if type(info) is dict]
 
 
+class _Observing:
+    """A scenario's observer (observer.py), started once the stores' ports are known."""
+
+    def __init__(self, start: Callable[[list[int]], ObserverProcess]) -> None:
+        self._start = start
+        self.process: ObserverProcess | None = None
+        self.ended_first = False  # whether it had ended when the student's ranks timed out
+
+    def start(self, ports: list[int]) -> None:
+        self.process = self._start(ports)
+
+    def timed_out(self) -> None:
+        """The student's ranks ran out of time: the observer's verdict stands only if it had
+        ended by then (a wait of its own that failed first)."""
+        self.ended_first = self.process is not None and self.process.ended()
+
+
 class _EndedEarlier(Exception):
     """The worker had already ended before the request was sent."""
 
@@ -1194,31 +1211,38 @@ class Sandbox:
                                        gpus, per_rank, stores, store_host, None, None, reuse)
         if not 0 <= observer.rank < world_size:
             raise ValueError(f"an observer's rank must be below {world_size}")
-        started: list[ObserverProcess] = []
-
-        def observe(ports: list[int]) -> None:
+        def start(ports: list[int]) -> ObserverProcess:
             netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
-            started.append(ObserverProcess(observer, world_size, ports, store_host, netns,
-                                           output_dir / "observer", timeout))
+            return ObserverProcess(observer, world_size, ports, store_host, netns,
+                                   output_dir / "observer", timeout)
 
+        observing = _Observing(start)
         try:
             results = self._student_ranks(probe, world_size, args, timeout, output_dir,
                                           function, gpus, per_rank, stores, store_host,
-                                          observer.rank, observe, reuse)
+                                          observer.rank, observing, reuse)
         except (SandboxFailure, StudentError) as exc:
             # The student's ranks failed, often because the observer ended first (gloo ended
-            # its peers' collectives): what the observer saw is the reason to give.
-            failure = started[0].finish(observer.wait + GRACE_SECONDS).failure() \
-                if started else None
+            # its peers' collectives): what the observer saw is the reason to give. Not when
+            # they ran out of time with the observer still waiting: its peers' end was ours.
+            process = observing.process
+            if process is None or (isinstance(exc, SandboxTimeout) and
+                                   not observing.ended_first):
+                if process is not None:
+                    process.kill()
+                raise
+            failure = process.finish(observer.wait + GRACE_SECONDS).failure()
             if failure is None:
                 raise
-            raise ObservedFailure(failure, exc if isinstance(exc, StudentError) else None) \
-                from None
+            # What the student's rank met meanwhile, when it says more than the peer's end.
+            raise ObservedFailure(f"{failure}; meanwhile: {exc}", exc if isinstance(
+                exc, StudentError) else None) from None
         except BaseException:
-            for process in started:
-                process.kill()
+            if observing.process is not None:
+                observing.process.kill()
             raise
-        observed = started[0].finish(observer.wait + GRACE_SECONDS)
+        assert observing.process is not None  # (started before any rank was told to run)
+        observed = observing.process.finish(observer.wait + GRACE_SECONDS)
         failure = observed.failure()
         if failure is not None:
             raise ObservedFailure(failure, None)
@@ -1228,10 +1252,10 @@ class Sandbox:
     def _student_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                        output_dir: Path, function: str, gpus: int, per_rank: Sequence | None,
                        stores: int, store_host: str, observer_rank: int | None,
-                       observe: Callable[[list[int]], None] | None, reuse: bool
-                       ) -> RankResults:
+                       observing: _Observing | None, reuse: bool) -> RankResults:
         """Fork (or take kept) rank workers for every rank but `observer_rank`, and run the
-        probe in them (`observe` is called with the stores' ports before any rank starts)."""
+        probe in them (`observing` starts once the stores' ports are known, before any rank
+        is told to run)."""
         what = f"{function} (scenario {probe}, {world_size} processes)"
         ranks = [rank for rank in range(world_size) if rank != observer_rank]
         slots: list[_Process | None] = [None] * len(ranks)
@@ -1251,8 +1275,8 @@ class Sandbox:
             if any(process.gone() for process in processes if process.pid in reused):
                 raise _EndedEarlier()  # a kept rank ended since its reset: not this one's doing
             ports = self._stores(stores, store_host)
-            if observe is not None:
-                observe(ports)
+            if observing is not None:
+                observing.start(ports)
             for process in processes:
                 rank = process.rank
                 own = () if per_rank is None else (per_rank[rank],)
@@ -1267,6 +1291,8 @@ class Sandbox:
                 except wire.WireTimeout:
                     if any(p.gone_before_send for p in processes if p.pid in reused):
                         raise _EndedEarlier() from None  # the others waited for it
+                    if observing is not None:
+                        observing.timed_out()
                     raise SandboxTimeout(timeout, what) from None
                 except wire.WireClosed:
                     if process.pid in reused and process.ended_before_last_send():

@@ -118,11 +118,8 @@ class ObserverProcess:
         (nothing can answer its collectives any more), then kill it; read what it left."""
         ended = None
         deadline = min(self.deadline, time.monotonic() + grace)
-        while self._status is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self._status = status
-            elif time.monotonic() >= deadline:
+        while not self.ended():
+            if time.monotonic() >= deadline:
                 self.kill()
                 ended = "was still waiting when your ranks had ended"
             else:
@@ -139,6 +136,14 @@ class ObserverProcess:
                 ended = "ended without a record"
         output = _tail(self.output_path, MAX_OUTPUT_BYTES)
         return Observed(record, tuple(notes[-NOTES_KEPT:]), ended, output)
+
+    def ended(self) -> bool:
+        """Whether it has ended, as far as can be told at once."""
+        if self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._status = status
+        return self._status is not None
 
     def kill(self) -> None:
         if self._status is None:
@@ -211,8 +216,9 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
         os._exit(0)  # no gloo teardown: a peer's state would make it abort
 
 
-# Of root's capabilities, the observer keeps one: reading any file. torch imports modules
-# lazily, and the interpreter may live where another uid cannot read (/root, 0700).
+# Of root's capabilities, the observer keeps one where it has it: reading any file. torch
+# imports modules lazily, and the interpreter may live where another uid cannot read (/root,
+# 0700); in a container, where the capability is not granted, it lives where all may read.
 _CAP_DAC_READ_SEARCH = 2
 _PR_SET_KEEPCAPS = 8
 
@@ -227,10 +233,18 @@ def _drop_root() -> None:
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)  # (the effective capabilities go; with KEEPCAPS the permitted ones stay)
-    kept = 1 << _CAP_DAC_READ_SEARCH
+    kept = (1 << _CAP_DAC_READ_SEARCH) & _permitted()  # (Docker's default set lacks it)
     header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
     _check(libc.capset(header, (ctypes.c_uint32 * 6)(kept, kept, 0, 0, 0, 0)), "capset")
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def _permitted() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("CapPrm:"):
+                return int(line.split()[1], 16)
+    return 0
 
 
 def _check(result: int, what: str) -> None:

@@ -177,3 +177,15 @@ def test_the_observer_still_imports_what_it_needs_late(make_sandbox, tmp_path):
     if os.geteuid() == 0:
         assert observed.observed["uid"] != 0
         assert int(observed.observed["caps"], 16) == 1 << 2  # CAP_DAC_READ_SEARCH alone
+
+
+def test_ranks_that_run_out_of_time_while_the_observer_waits_timed_out(make_sandbox, tmp_path):
+    """The observer's collective fails when we end the student's ranks at their time limit:
+    that is a timeout (retried once as a hang by the plugin), not the observer's verdict."""
+    slow = "import time\n" + HONEST.replace("    dist.all_reduce", "    time.sleep(60)\n"
+                                                                   "    dist.all_reduce")
+    sandbox = make_sandbox(slow, PROBES)
+    with pytest.raises(SandboxTimeout):
+        sandbox.run_ranks("send_values", 2, (), 3, tmp_path, "contribute",
+                          per_rank=[None, [1.0]], observer=observe(received, 1, rank=0,
+                                                                   wait=30.0))
