@@ -1234,9 +1234,12 @@ class Sandbox:
             failure = process.finish(observer.wait + GRACE_SECONDS).failure()
             if failure is None:
                 raise
-            # What the student's rank met meanwhile, when it says more than the peer's end.
-            raise ObservedFailure(f"{failure}; meanwhile: {exc}", exc if isinstance(
-                exc, StudentError) else None) from None
+            # What the student's code raised meanwhile, unless it was only torch.distributed
+            # saying that its peer, the observer, had ended (a RuntimeError).
+            student = exc if isinstance(exc, StudentError) else None
+            if student is not None and not student.is_a("RuntimeError"):
+                failure = f"{failure}; meanwhile {student}"
+            raise ObservedFailure(failure, student) from None
         except BaseException:
             if observing.process is not None:
                 observing.process.kill()
