@@ -1,6 +1,6 @@
 """`make demo`: grade the bundled example submissions of every assignment and print score tables.
 
-For each assignment (dp_basics, ddp_training) the examples are the reference solution with the
+For each assignment of grading.yml the examples are the reference solution with the
 full key, the blank student template with no answers, and a partly correct submission
 (assignments/<name>/examples/partial). The first two are derived from the sources here, so they
 can never drift from them. Everything goes under demo-out/<name>/.
@@ -18,12 +18,12 @@ import yaml
 from autograder.batch.driver import batch
 from autograder.grading.grade import grade_loaded
 from autograder.project.assignment import load_assignment
+from autograder.project.config import load_config
 from autograder.project.markers import reference, strip_solutions
 from autograder.project.paths import Project
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "demo-out"
-ASSIGNMENTS = ("dp_basics", "ddp_training")
 
 
 def build_examples(folder: Path, name: str) -> list[Path]:
@@ -82,7 +82,7 @@ def demo(name: str) -> int:
 
 def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
-    failed = sum(demo(name) for name in ASSIGNMENTS)
+    failed = sum(demo(name) for name in load_config(Project.find()))
     return 0 if failed == 0 else 1
 
 

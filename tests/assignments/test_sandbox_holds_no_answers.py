@@ -4,7 +4,8 @@ Student code runs in the same process as everything copied into its sandbox fold
 assignment's probes and the sandbox runtime), so it can read and rewrite all of it. This test
 builds a real sandbox folder, as grading does, and scans every Python file in it but the
 student's own module for the reference solution's function bodies (whole, or any three
-statements in a row) and for assertions.
+statements in a row) and for assertions; the grader's own ranks (an assignment's observers.py)
+must not be there at all.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import pytest
 from repo_project import REPO
 
 from autograder.project.assignment import load_assignment
+from autograder.project.config import load_config
 from autograder.project.markers import reference
 from autograder.sandbox.folder import prepare_sandbox_dir
 
+ASSIGNMENTS = tuple(load_config(REPO))
 WINDOW = 3  # statements in a row that would already be a piece of the reference's logic
 
 
@@ -72,12 +75,15 @@ def sandbox_files(assignment_name: str, tmp_path: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if p.name != f"{assignment.config.module}.py")
 
 
-@pytest.mark.parametrize("assignment_name", ["dp_basics", "ddp_training"])
+@pytest.mark.parametrize("assignment_name", ASSIGNMENTS)
 def test_no_reference_logic_is_importable_in_the_sandbox(assignment_name: str,
                                                          tmp_path: Path) -> None:
     pieces = reference_pieces(assignment_name)
     files = sandbox_files(assignment_name, tmp_path)
     assert any(p.name == "probes.py" for p in files) and len(files) > 3
+    # The grader's own ranks (observers.py) check collectives against the reference's
+    # arithmetic: they run in the grader's processes only.
+    assert not any(p.name == "observers.py" for p in files)
     for path in files:
         tree = ast.parse(path.read_text())
         seen = set().union(*(_windows(body) for body in _bodies(tree)))
@@ -87,7 +93,7 @@ def test_no_reference_logic_is_importable_in_the_sandbox(assignment_name: str,
                                 f"{function}: {shared}")
 
 
-@pytest.mark.parametrize("assignment_name", ["dp_basics", "ddp_training"])
+@pytest.mark.parametrize("assignment_name", ASSIGNMENTS)
 def test_probes_hold_no_verdict(assignment_name: str, tmp_path: Path) -> None:
     for path in sandbox_files(assignment_name, tmp_path):
         asserts = [n.lineno for n in ast.walk(ast.parse(path.read_text()))

@@ -23,6 +23,7 @@ from autograder.gradescope.bundle import FALLBACK_MESSAGE
 from autograder.gradescope.container import GRADESCOPE, SELF_HOSTED, ContainerRun, Limits
 from autograder.grading.late import results_shown_at
 from autograder.project.assignment import load_assignment
+from autograder.project.config import load_config
 
 pytestmark = pytest.mark.deployment
 
@@ -31,6 +32,8 @@ NEITHER = Limits("no isolation possible", docker_args=("--cap-drop", "SETUID",
                                                        "--cap-drop", "SETGID"))
 # The explicit opt-in, named unsafe: the calibration that shows the hostile submission is real.
 UNSAFE = Limits("unsafe opt-in", docker_args=("-e", "AUTOGRADER_UNSAFE_NO_ISOLATION=1"))
+
+ASSIGNMENTS = tuple(load_config(REPO))
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +74,7 @@ def assert_graded_cleanly(run: ContainerRun) -> None:
     assert run.problems() == [], said(run)
 
 
-@pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
+@pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_the_reference_scores_full_marks_in_uid_isolation(graded, name):
     run = graded(name, "reference")
     assert run.score == full_marks(name), said(run)
@@ -102,7 +105,7 @@ def test_after_the_due_date_the_regrade_shows_the_whole_score(image, submission,
     assert_graded_cleanly(run)
 
 
-@pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
+@pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_the_blank_template_scores_nothing(graded, name):
     run = graded(name, "blank")
     assert run.score == 0, said(run)
@@ -110,7 +113,7 @@ def test_the_blank_template_scores_nothing(graded, name):
     assert_graded_cleanly(run)
 
 
-@pytest.mark.parametrize("name", ["dp_basics", "ddp_training"])
+@pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_self_hosted_with_sys_admin_gives_each_sandbox_its_namespaces(graded, name):
     run = graded(name, "reference", SELF_HOSTED)
     assert run.score == full_marks(name), said(run)

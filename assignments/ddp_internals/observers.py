@@ -1,0 +1,256 @@
+"""The grader's own rank in the ddp_internals scenarios (autograder.runner.observe).
+
+Trusted: it runs in a process of the grader's, joins the process group of the student's rank
+as one of its ranks, and is never copied into the sandbox. It trains the same model as the
+student's rank (probes.Net, from the grader's copy of probes.py) on its own share of each
+batch, posts the collectives the docstring's contract implies, one by one, and checks what the
+student's rank sent in each: its own contribution is known, so the rest of the sum is exactly
+what the student's rank contributed. It knows every rank's share of the data (the test drew
+them), so what the student's rank must send is computed here, never taken from it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from autograder.runner.observe import Unanswered, join_group, posted
+
+import probes
+
+TOLERANCE = 1e-5
+
+
+def averaged(seat, widths: list[int], state: dict, lr: float, shards: list,
+             frozen: list[str]) -> dict:
+    """`average_gradients`: one all_reduce per parameter with a gradient, in `parameters()`
+    order, each carrying the gradient divided by the world size."""
+    join_group(seat)
+    model = probes.built(widths, state)
+    _freeze(model, frozen)
+    steps = len(shards[seat.rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    names = _names(model)
+    count = 0
+    for step in range(steps):
+        own, expected = _shares(seat, model, shards, step)
+        with_grad = [p for p in model.parameters() if p.requires_grad]
+        for i, parameter in enumerate(with_grad):
+            seat.note(f"step {step}: all_reduce #{i}, the gradient of {names[parameter]} "
+                      f"({parameter.numel()} float32), in the order of model.parameters()")
+            failure = _exchange(seat, [parameter], own, expected, step, names)
+            if failure:
+                return {"failure": failure}
+            count += 1
+        if failure := _end_of_step(seat, step):
+            return {"failure": failure}
+        optimizer.step()
+    return {"collectives": count, "final": _final(model)}
+
+
+def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
+               gate_values: list | None, delay: float, cap_bytes: float | None = None) -> dict:
+    """`overlapped_gradient_sync` (`cap_bytes` None: one collective per parameter, in the order
+    the gradients become ready) or `bucketed_gradient_sync` (one per bucket of at most
+    `cap_bytes`, in reverse parameter order): the same averages, started during backward and
+    waited for before the step.
+
+    Causal, not timed (with `gate_values`; None: an ungated model, no such check): the gated
+    model's backward cannot pass gate 1 (below the head) until this rank sends its value, nor
+    gate 2 (before the last block) until the head's gradients have arrived here. A rank that
+    sends its gradients only after backward never gets gate 2's value; one that waits for a
+    collective inside its hook never reaches gate 1. The last collective of each step is
+    answered `delay` seconds late: a rank that steps without waiting for it steps on a
+    gradient that is not yet the average."""
+    join_group(seat)
+    gated = gate_values is not None
+    gates = dist.new_group(list(range(seat.world_size))) if gated else None
+    model = probes.built(widths, state, gated=gated)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    names = _names(model)
+    head = set(model.head.parameters())
+    seen: list[list[list[str]]] = []
+    for step in range(len(shards[seat.rank])):
+        if gated:
+            s1, s2 = (torch.tensor(v) for v in gate_values[step])
+            model.server = {1: s1, 2: s2}.__getitem__
+        order = _ready_order(model, *shards[seat.rank][step])
+        groups = [[p] for p in order] if cap_bytes is None else _buckets(model, cap_bytes)
+        own, expected = _shares(seat, model, shards, step)
+        errors: list[str] = []
+        head_done = threading.Event()
+        server = None
+        if gated:
+            reached = threading.Event()
+            server = threading.Thread(target=_serve_gates, daemon=True, args=(
+                seat, gates, s1, s2, step, reached, head_done, errors))
+            server.start()
+            reached.wait()
+        for i, group in enumerate(groups):
+            if errors:
+                break
+            if i == len(groups) - 1 and delay:
+                time.sleep(delay)
+            seat.note(f"step {step}: all_reduce #{i}, {_what(group, names)}, in the order "
+                      f"the gradients are ready")
+            try:
+                failure = _exchange(seat, group, own, expected, step, names)
+            except Unanswered:
+                if gated and head & set(group):
+                    return {"failure": f"step {step}: {_what(group, names)} did not arrive "
+                                       f"while your rank's backward was still running: its "
+                                       f"all_reduce must start from the hooks, as soon as "
+                                       f"the gradients are ready"}
+                raise
+            if failure:
+                return {"failure": failure}
+            if head <= {p for done in groups[:i + 1] for p in done}:
+                head_done.set()
+        if server is not None:
+            server.join(seat.wait + 2)
+        if errors:
+            return {"failure": errors[0]}
+        if failure := _end_of_step(seat, step):
+            return {"failure": failure}
+        optimizer.step()
+        seen.append([[names[p] for p in group] for group in groups])
+    return {"collectives": seen, "final": _final(model)}
+
+
+def _serve_gates(seat, gates, s1: torch.Tensor, s2: torch.Tensor, step: int,
+                 reached: threading.Event, head_done: threading.Event, errors: list) -> None:
+    """Gate 1's value at once; gate 2's once the head's gradients arrived (see overlapped)."""
+    try:
+        seat.note(f"step {step}: sending gate 1's value (backward just below the head)")
+        posted(seat, dist.broadcast(s1.clone(), seat.rank, group=gates, async_op=True))
+    except Unanswered:
+        errors.append(f"step {step}: your rank's backward never got past the head: something "
+                      f"in it waited for a collective that can only complete later "
+                      f"(all_reduce without async_op=True?)")
+        return
+    finally:
+        reached.set()
+    if not head_done.wait(seat.wait + 1):
+        return  # (the main thread says why)
+    try:
+        seat.note(f"step {step}: sending gate 2's value (backward before the last block)")
+        posted(seat, dist.broadcast(s2.clone(), seat.rank, group=gates, async_op=True))
+    except Unanswered as exc:
+        errors.append(f"step {step}: your rank's backward did not reach the last block ({exc})")
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def _names(model: torch.nn.Module) -> dict:
+    return {p: name for name, p in model.named_parameters()}
+
+
+def _freeze(model: torch.nn.Module, frozen: list[str]) -> None:
+    for name, parameter in model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
+
+
+def _gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
+    model.zero_grad()
+    probes.loss_of(model, x, y).backward()
+    found = {p: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
+    model.zero_grad()
+    return found
+
+
+def _shares(seat, model: torch.nn.Module, shards: list, step: int) -> tuple[dict, dict]:
+    """This rank's contribution to each parameter's all_reduce (its gradient / world size)
+    and what the other ranks must contribute together."""
+    world = seat.world_size
+    own = {p: g / world for p, g in _gradients(model, *shards[seat.rank][step]).items()}
+    expected = {p: torch.zeros_like(g) for p, g in own.items()}
+    for rank in range(world):
+        if rank != seat.rank:
+            for p, g in _gradients(model, *shards[rank][step]).items():
+                expected[p] += g / world
+    return own, expected
+
+
+def _exchange(seat, group: list, own: dict, expected: dict, step: int,
+              names: dict) -> str | None:
+    """Post this rank's share of one all_reduce of `group`'s gradients (flattened, in order);
+    their averages become the gradients. A message when what the student's rank sent is not
+    its gradients / world size."""
+    total = torch.cat([own[p].flatten() for p in group])
+    mine = total.clone()
+    posted(seat, dist.all_reduce(total, async_op=True))
+    sent, wanted = total - mine, torch.cat([expected[p].flatten() for p in group])
+    scale = 1 + float(wanted.abs().max())
+    error = float((sent - wanted).abs().max())
+    if error > TOLERANCE * scale:
+        what = _what(group, names)
+        if float((sent - wanted * seat.world_size).abs().max()) <= \
+                TOLERANCE * scale * seat.world_size:
+            return (f"step {step}: your rank sent {what} without dividing by the world size "
+                    f"first")
+        later = (" (after a first step that was right: your rank's model no longer matches "
+                 "training on the whole batch; did the optimizer step on the averaged "
+                 "gradients?)" if step else "")
+        return (f"step {step}: what your rank sent for {what} is not its gradient divided "
+                f"by the world size (off by up to {error:.3g}){later}")
+    offset = 0
+    for parameter in group:
+        count = parameter.numel()
+        parameter.grad = total[offset:offset + count].view_as(parameter).clone()
+        offset += count
+    return None
+
+
+def _what(group: list, names: dict) -> str:
+    if len(group) == 1:
+        return f"the gradient of {names[group[0]]} ({group[0].numel()} float32)"
+    listed = ", ".join(names[p] for p in group)
+    return f"the bucket of {listed} ({sum(p.numel() for p in group)} float32)"
+
+
+def _buckets(model: torch.nn.Module, cap_bytes: float) -> list[list]:
+    """bucketed_gradient_sync's buckets: reverse parameter order, none over the cap but a
+    single parameter larger than it."""
+    buckets: list[list] = []
+    size = 0
+    for parameter in reversed([p for p in model.parameters() if p.requires_grad]):
+        nbytes = parameter.numel() * parameter.element_size()
+        if not buckets or (buckets[-1] and size + nbytes > cap_bytes):
+            buckets.append([])
+            size = 0
+        buckets[-1].append(parameter)
+        size += nbytes
+    return buckets
+
+
+def _end_of_step(seat, step: int) -> str | None:
+    """probes.end_of_step's all_reduce: what the student's ranks sent must add up to theirs."""
+    seat.note(f"step {step}: the scenario's end-of-step all_reduce (one int64), after the "
+              f"step's collectives")
+    value = torch.zeros(1, dtype=torch.int64)
+    posted(seat, dist.all_reduce(value, async_op=True))
+    if int(value) != (step + 1) * (seat.world_size - 1):
+        return (f"step {step}: your rank's collectives did not line up with one all_reduce "
+                f"per parameter (one too many, or of another kind)")
+    return None
+
+
+def _ready_order(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list:
+    """The parameters in the order their gradients are complete in this model's backward."""
+    order: list = []
+    hooks = [p.register_post_accumulate_grad_hook(order.append) for p in model.parameters()]
+    try:
+        _gradients(model, x, y)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return order
+
+
+def _final(model: torch.nn.Module) -> dict:
+    return {name: p.detach().flatten().tolist() for name, p in model.named_parameters()}

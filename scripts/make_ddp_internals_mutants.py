@@ -1,0 +1,195 @@
+"""Make ddp_internals' mutants and alternative solutions from its reference solution.
+
+The sibling of scripts/make_ddp_training_mutants.py (same header format, same one-edit-at-a-time
+check): each mutant is the reference with one classic mistake of hand-written data parallelism,
+and names the hidden tests that must catch it. The mutants are not committed: the acceptance test
+(tests/assignments/test_ddp_internals_grading.py) makes them at run time with `write_mutants`.
+What this script writes into the tree is the demo's partly correct example,
+assignments/ddp_internals/examples/partial/ (a few mutants' mistakes, half of the key):
+
+    .venv/bin/python scripts/make_ddp_internals_mutants.py              # (re)write the example
+    .venv/bin/python scripts/make_ddp_internals_mutants.py --check      # exit 1 if it differs
+    .venv/bin/python scripts/make_ddp_internals_mutants.py --write DIR  # mutants, alternatives
+
+grading.yml's `generators` lists this script, so `autograder generate [--check]` covers it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import yaml
+
+from autograder.project.markers import reference
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "assignments" / "ddp_internals" / "solution" / "ddp_internals.py"
+PARTIAL = ROOT / "assignments" / "ddp_internals" / "examples" / "partial"
+
+_spec = importlib.util.spec_from_file_location("make_mutants", ROOT / "scripts" / "make_mutants.py")
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+mutant_text, _mutate = _base.mutant_text, _base._mutate
+
+AVERAGE = "average_gradients: one all_reduce per parameter, divided first"
+SKIPS = "average_gradients: a parameter without a gradient gets no collective"
+OVERLAP = "overlapped_gradient_sync: all_reduces start in the hooks"
+BUCKETS = "bucketed_gradient_sync: one all_reduce per bucket, started during backward"
+FILLS = "bucketed_gradient_sync: buckets in reverse order, none over the cap"
+MIXED = "memory_per_rank: mixed-precision Adam"
+OTHER = "memory_per_rank: other byte sizes"
+MUTANTS: list[tuple] = [
+    ("average_no_division", "average_gradients", "sums the gradients without dividing them",
+     [AVERAGE, SKIPS],
+     "            parameter.grad.div_(world_size)\n            dist.all_reduce(",
+     "            dist.all_reduce("),
+    ("average_divides_after", "average_gradients",
+     "divides after the all_reduce (the average, but not the contract's collectives)",
+     [AVERAGE, SKIPS],
+     "            parameter.grad.div_(world_size)\n            dist.all_reduce(parameter.grad)\n",
+     "            dist.all_reduce(parameter.grad)\n            parameter.grad.div_(world_size)\n"),
+    ("average_reversed", "average_gradients", "all_reduces in reverse parameter order",
+     [AVERAGE, SKIPS],
+     "    for parameter in model.parameters():\n        if parameter.grad is not None:\n"
+     "            parameter.grad.div_(world_size)",
+     "    for parameter in reversed(list(model.parameters())):\n"
+     "        if parameter.grad is not None:\n            parameter.grad.div_(world_size)"),
+    ("average_skips_biases", "average_gradients", "leaves the biases' gradients local",
+     [AVERAGE, SKIPS],
+     "        if parameter.grad is not None:\n            parameter.grad.div_(world_size)",
+     "        if parameter.grad is not None and parameter.dim() > 1:\n"
+     "            parameter.grad.div_(world_size)"),
+    ("average_a_copy", "average_gradients", "all_reduces a copy, the gradient stays local",
+     [AVERAGE, SKIPS],
+     "            dist.all_reduce(parameter.grad)\n",
+     "            dist.all_reduce(parameter.grad.clone())\n"),
+    ("average_max", "average_gradients", "reduces with MAX instead of a sum",
+     [AVERAGE, SKIPS],
+     "            dist.all_reduce(parameter.grad)\n",
+     "            dist.all_reduce(parameter.grad, op=dist.ReduceOp.MAX)\n"),
+    ("overlap_after_backward", "overlapped_gradient_sync",
+     "sends every gradient in finish(), after backward",
+     [OVERLAP],
+     "        pending.append(dist.all_reduce(parameter.grad, async_op=True))\n",
+     "        pending.append(parameter)\n",
+     "        for work in pending:\n            work.wait()\n",
+     "        for parameter in pending:\n            dist.all_reduce(parameter.grad)\n"),
+    ("overlap_blocking_hook", "overlapped_gradient_sync",
+     "waits for each all_reduce inside its hook",
+     [OVERLAP],
+     "        pending.append(dist.all_reduce(parameter.grad, async_op=True))\n",
+     "        dist.all_reduce(parameter.grad)\n"),
+    ("overlap_no_wait", "overlapped_gradient_sync", "finish() does not wait",
+     [OVERLAP],
+     "        for work in pending:\n            work.wait()\n", ""),
+    ("overlap_pre_accumulation_hook", "overlapped_gradient_sync",
+     "hooks the gradient before it is accumulated (Tensor.register_hook)",
+     [OVERLAP],
+     "    def hook(parameter: torch.Tensor) -> None:\n"
+     "        parameter.grad.div_(world_size)\n"
+     "        pending.append(dist.all_reduce(parameter.grad, async_op=True))\n",
+     "    def hook(grad: torch.Tensor) -> torch.Tensor:\n"
+     "        grad = grad / world_size\n"
+     "        pending.append(dist.all_reduce(grad, async_op=True))\n"
+     "        return grad\n",
+     "            parameter.register_post_accumulate_grad_hook(hook)\n",
+     "            parameter.register_hook(hook)\n"),
+    ("bucket_forward_order", "bucketed_gradient_sync",
+     "fills the buckets in the order of model.parameters()",
+     [BUCKETS, FILLS],
+     "    for parameter in reversed([p for p in model.parameters() if p.requires_grad]):\n",
+     "    for parameter in [p for p in model.parameters() if p.requires_grad]:\n"),
+    ("bucket_per_parameter", "bucketed_gradient_sync", "ignores the cap: one bucket each",
+     [BUCKETS, FILLS],
+     "        if not buckets or (buckets[-1] and size + nbytes > cap):\n",
+     "        if not buckets or buckets[-1]:\n"),
+    ("bucket_over_the_cap", "bucketed_gradient_sync",
+     "closes a bucket only once it is over the cap",
+     [BUCKETS, FILLS],
+     "        if not buckets or (buckets[-1] and size + nbytes > cap):\n",
+     "        if not buckets or (buckets[-1] and size > cap):\n"),
+    ("bucket_no_copy_back", "bucketed_gradient_sync",
+     "never copies the averages back into the gradients",
+     [BUCKETS, FILLS],
+     "                parameter.grad.copy_(flat[offset:offset + count].view_as(parameter.grad))\n",
+     ""),
+    ("bucket_after_backward", "bucketed_gradient_sync",
+     "starts every bucket's all_reduce in finish(), after backward",
+     [BUCKETS],
+     "            pending.append((buckets[index], flat, dist.all_reduce(flat, async_op=True)))\n",
+     "            pending.append((buckets[index], flat, None))\n",
+     "        for bucket, flat, work in pending:\n            work.wait()\n",
+     "        for bucket, flat, work in pending:\n            dist.all_reduce(flat)\n"),
+    ("memory_zero2_keeps_grads", "memory_per_rank", "ZeRO-2 does not split the gradients",
+     [MIXED, OTHER],
+     '"zero2": ("optimizer", "grads")', '"zero2": ("optimizer",)'),
+    ("memory_zero1_splits_params", "memory_per_rank", "ZeRO-1 splits the parameters too",
+     [MIXED, OTHER],
+     '"zero1": ("optimizer",)', '"zero1": ("optimizer", "params")'),
+    ("memory_bits_not_bytes", "memory_per_rank", "counts bits, not bytes",
+     [MIXED, OTHER],
+     "    held = {part: num_params * size /", "    held = {part: 8 * num_params * size /"),
+]
+
+# Correct solutions written differently: each must get every point of its functions.
+ALTS: list[tuple] = [
+    ("alt_faithful",
+     "# ALT: correct, written otherwise: torch's own reduction per gradient in a list,\n"
+     "# the hooks keeping (parameter, work) pairs, the arithmetic through a table of stages.\n",
+     "    for parameter in model.parameters():\n        if parameter.grad is not None:\n"
+     "            parameter.grad.div_(world_size)\n            dist.all_reduce(parameter.grad)\n",
+     "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+     "    for grad in grads:\n        grad.mul_(1.0 / world_size)\n"
+     "        dist.all_reduce(grad, op=dist.ReduceOp.SUM)\n",
+     '    split = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),\n'
+     '             "zero3": ("optimizer", "grads", "params")}\n',
+     '    split = {f"zero{stage}": ("optimizer", "grads", "params")[:stage]\n'
+     "             for stage in (1, 2, 3)}\n"
+     '    split["ddp"] = ()\n'),
+]
+
+# The demo's partly correct example: a few of the mistakes above, and half of the key.
+PARTIAL_MISTAKES = ("overlap_no_wait", "memory_zero2_keeps_grads")
+
+
+def mutant_files(solution: str) -> dict[str, str]:
+    """File name -> content of every mutant and every alternative solution."""
+    files = {f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
+    for name, header, *edits in ALTS:
+        files[f"{name}.py"] = header + _mutate(reference(solution), (name, "", "", [], *edits))
+    return files
+
+
+def write_mutants(folder: Path, solution: str | None = None) -> list[Path]:
+    """Write every mutant and alternative into `folder` (made if missing); their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in mutant_files(solution or SOLUTION.read_text()).items():
+        (folder / name).write_text(text)
+        written.append(folder / name)
+    return written
+
+
+def committed_files(solution: str) -> dict[Path, str]:
+    """Path -> content of the committed files made from the mutants: the partial example."""
+    specs = {spec[0]: spec for spec in MUTANTS}
+    text = reference(solution)
+    for name in PARTIAL_MISTAKES:
+        text = _mutate(text, specs[name])
+    header = "".join(f"# PARTIAL: {specs[n][1]}: {specs[n][2]}\n" for n in PARTIAL_MISTAKES)
+    files = {PARTIAL / "ddp_internals.py": header + text}
+    bank = yaml.safe_load((SOLUTION.parents[1] / "questions.yml").read_text())
+    answers = {}
+    for index, q in enumerate(bank["questions"]):
+        right = q["answer"] if q["multiple"] else q["answer"][0]
+        wrong = next(x for x in q["options"] if x not in q["answer"])
+        answers[q["id"]] = right if index % 2 == 0 else wrong
+    files[PARTIAL / "answers.yml"] = ("# The demo's partly correct answers: every other one "
+                                      "right.\n" + yaml.safe_dump(answers, sort_keys=False))
+    return files
+
+
+if __name__ == "__main__":
+    sys.exit(_base.run(None, __doc__, SOLUTION, committed_files, write_mutants))

@@ -1,0 +1,99 @@
+"""DDP internals: data parallelism built by hand, the way DistributedDataParallel does it.
+
+Each rank of a process group computes gradients on its own share of the batch; averaging them
+across the ranks makes every rank take the step that training on the whole batch would take.
+Here you write that averaging yourself: first after backward, then overlapped with backward,
+then in buckets; and you work out what each rank must hold in memory when the training state
+is sharded.
+
+Implement every function below. Each docstring is the contract the grader checks, so read it
+closely: the conventions it fixes (the order of the collectives, when to divide) are checked,
+collective by collective, by a process of the grader's that joins your process group.
+
+Everything runs on CPU with the gloo backend: `torch.distributed` must be initialised (the
+default process group) before the functions that communicate are called.
+
+Run the public tests with `pytest` in the folder that holds this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def average_gradients(model: nn.Module) -> None:
+    """Average every gradient of `model` over the ranks of the default process group, in place.
+
+    Call it after `loss.backward()`, each rank having computed the loss on its own share of
+    the batch, and before the optimizer's step. For each parameter whose `.grad` is not None,
+    in the order of `model.parameters()`: divide `.grad` by the world size, then
+    `dist.all_reduce` it (a sum, the default), so that `.grad` ends as the average over the
+    ranks. One collective per parameter, nothing else (divide first, as DDP's default
+    communication hook does: the sum of the divided values is the average).
+    """
+    raise NotImplementedError("average_gradients is not implemented yet")
+
+
+def overlapped_gradient_sync(model: nn.Module) -> Callable[[], None]:
+    """Average gradients over the ranks while backward is still running; return `finish`.
+
+    Register on every parameter of `model` that requires a gradient a hook that runs as soon
+    as that parameter's gradient is complete for this backward
+    (`Tensor.register_post_accumulate_grad_hook`). The hook divides the parameter's `.grad` by
+    the world size and starts `dist.all_reduce` on it without waiting for it
+    (`async_op=True`), keeping what that returns. So the gradients of the last layers travel
+    while the first layers' gradients are still being computed, each collective started in the
+    order the gradients become ready.
+
+    `finish()` waits for every all_reduce started since its last call, then returns: call it
+    after `loss.backward()` and before `optimizer.step()`, once per step. After it, every
+    `.grad` is the average over the ranks, as with `average_gradients`.
+    """
+    raise NotImplementedError("overlapped_gradient_sync is not implemented yet")
+
+
+def bucketed_gradient_sync(model: nn.Module, bucket_size_mb: float) -> Callable[[], None]:
+    """As `overlapped_gradient_sync`, with one collective per bucket of gradients; return
+    `finish`.
+
+    Buckets: the parameters of `model` that require a gradient, taken in the reverse order of
+    `model.parameters()` (about the order their gradients become ready), each added to the
+    current bucket unless that would make the bucket's size (the parameters' numel times
+    their element size, in bytes) exceed `bucket_size_mb * 2**20` bytes, in which case it
+    starts the next bucket. So a bucket is never over the cap, except a bucket of a single
+    parameter larger than the cap.
+
+    A hook on every parameter of a bucket (`register_post_accumulate_grad_hook`) notes that its
+    gradient is complete; when the bucket's last gradient is, the hook concatenates the
+    bucket's gradients, flattened, in the bucket's order, into one new tensor, divides it by
+    the world size and starts `dist.all_reduce` on it (`async_op=True`).
+
+    `finish()` waits for every bucket's all_reduce started since its last call and copies the
+    averaged values back into each parameter's `.grad`; call it after `loss.backward()` and
+    before `optimizer.step()`, once per step.
+    """
+    raise NotImplementedError("bucketed_gradient_sync is not implemented yet")
+
+
+def memory_per_rank(num_params: int, world_size: int, strategy: str, param_bytes: int = 2,
+                    grad_bytes: int = 2, optimizer_bytes: int = 12) -> dict[str, float]:
+    """Bytes one rank holds for a model's training state, by strategy.
+
+    Mixed-precision Adam keeps, per parameter, the parameter (`param_bytes`: 2 for fp16 or
+    bf16), its gradient (`grad_bytes`) and the optimizer state (`optimizer_bytes`: 12 for an
+    fp32 master copy and Adam's two moments). With `world_size` ranks:
+
+    - "ddp": every rank holds all of it.
+    - "zero1" (ZeRO stage 1): the optimizer state is split evenly over the ranks.
+    - "zero2" (ZeRO stage 2): the optimizer state and the gradients are split.
+    - "zero3" (ZeRO stage 3, FSDP's full sharding): the parameters are split too.
+
+    A split part counts `num_params * bytes / world_size` (a float, not rounded); what is not
+    split counts `num_params * bytes`. Returns `{"params": ..., "grads": ..., "optimizer": ...,
+    "total": ...}` (the total is the sum of the three). Any other strategy raises ValueError.
+    """
+    raise NotImplementedError("memory_per_rank is not implemented yet")
