@@ -45,8 +45,9 @@ from autograder.batch.records import (
 )
 from autograder.batch.roster import discover
 from autograder.batch.similarity import Similarity, check_similarity
+from autograder.batch.submission_status import derive
 from autograder.grading.late import SubmissionDates, late_entry, results_shown_at
-from autograder.grading.submission_status import derive, take_kept_events
+from autograder.grading.ta_events import take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
 from autograder.project.late_policy import parse_timestamp

@@ -27,7 +27,7 @@ from autograder.batch.records import (
     LateStatus,
     Submitter,
 )
-from autograder.grading.submission_status import SubmissionStatus, derive
+from autograder.batch.submission_status import SubmissionStatus, derive
 from autograder.grading.visibility import graded_for, release_due
 from autograder.project.inert import clip, inert
 

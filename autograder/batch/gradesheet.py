@@ -7,7 +7,7 @@ so that a spreadsheet opens them right (a BOM, quoting, ids as text) is
 autograder.batch.spreadsheets.
 
 - `write_grades`: what a TA sorts and filters in a spreadsheet, as CSV and as a workbook: sid,
-  name, email, the submission's status (see autograder.grading.submission_status: ok, blank,
+  name, email, the submission's status (see autograder.batch.submission_status: ok, blank,
   no_module, not_importable, timed_out, crashed, grader_error, flagged), the totals (`total`:
   the student's score override when there is one, else after the late penalty; `raw_total`
   before it, as graded), the penalty and whole minutes late, each part, each function (coding

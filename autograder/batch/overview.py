@@ -5,7 +5,7 @@ what was hard, what went wrong and for whom.
 writes one self-contained static page (no script, no external address: it opens from the disk;
 the page's Content-Security-Policy enforces it). In order:
 
-1. who needs a look: every submission whose status (autograder.grading.submission_status) is not
+1. who needs a look: every submission whose status (autograder.batch.submission_status) is not
 `ok`
    (flagged, grader error, no module, not importable, timed out, crashed, blank), with the reason
    and a link to the report;
@@ -42,8 +42,8 @@ from urllib.parse import quote
 
 from autograder.batch.records import Adjustment, GradedSubmission, LateStatus, report_folder
 from autograder.batch.similarity import Similarity, SimilarPair
+from autograder.batch.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
 from autograder.grading.report import PART_TITLES
-from autograder.grading.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
 from autograder.project import templates
 from autograder.project.assignment import Assignment
 from autograder.project.inert import clip, inert

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from autograder.batch.submission_status import SubmissionStatus, derive
 from autograder.grading.late import LateStatus, SubmissionDates
-from autograder.grading.submission_status import SubmissionStatus, derive
 
 
 def report_folder(sid: str) -> str:

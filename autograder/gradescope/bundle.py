@@ -335,7 +335,8 @@ def _print_status(results_dir: Path, staff_dir: Path, error: str | None) -> None
     """The submission's status for staff (ok, flagged and why, grader_error...), as a batch
     records it (from the full report): on run_autograder's stdout, which Gradescope shows
     instructors only."""
-    from autograder.grading.submission_status import derive, take_kept_events
+    from autograder.batch.submission_status import derive
+    from autograder.grading.ta_events import take_kept_events
 
     try:
         try:

@@ -29,8 +29,8 @@ from autograder.grading.results import (
     coding_results,
 )
 from autograder.grading.submission import SubmissionFiles, locate
-from autograder.grading.submission_status import keep_sandbox_events
 from autograder.grading.supervisor import SuiteRun, run_hidden_tests
+from autograder.grading.ta_events import keep_sandbox_events
 from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import MAX_MESSAGE, clip, label
@@ -88,7 +88,7 @@ def grade_measured(submission: Path, assignment: Assignment, out: Path,
         graded, suite = _grade(submission, assignment, workdir, started, runners)
         report = apply_late(graded, late_entry(assignment.config, dates))
     finally:
-        keep_sandbox_events(workdir, out)  # for the TA only (see submission_status)
+        keep_sandbox_events(workdir, out)  # for the TA only (see ta_events)
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
         if os.environ.get("AUTOGRADER_KEEP_WORKDIR"):
             print(f"autograder: kept {workdir}", file=sys.stderr)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from repo_project import REPO
 
+from autograder.batch.submission_status import derive
 from autograder.grading.grade import grade_loaded
-from autograder.grading.submission_status import derive
 from autograder.project.assignment import load_assignment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 
 from autograder.batch.gradebook import _SCHEMA, SCHEMA_VERSION, Gradebook, GradebookError
 from autograder.batch.records import ClassSubmission, GradeOutcome, Submitter
-from autograder.grading.submission_status import SubmissionStatus
+from autograder.batch.submission_status import SubmissionStatus
 from autograder.project.late_policy import parse_timestamp
 
 SYNTAX = "your module could not be imported: SyntaxError: expected ':' (toy.py, line 1)"

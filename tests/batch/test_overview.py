@@ -36,7 +36,7 @@ from autograder.batch.records import (
     Submitter,
     report_folder,
 )
-from autograder.grading.submission_status import SubmissionStatus
+from autograder.batch.submission_status import SubmissionStatus
 from autograder.project.assignment import load_assignment
 from autograder.project.paths import Project
 

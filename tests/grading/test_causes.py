@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from toy_course import toy_course
 
+from autograder.batch.submission_status import derive
 from autograder.grading.grade import grade_loaded
 from autograder.grading.report import gradescope_results
 from autograder.grading.results import Report
-from autograder.grading.submission_status import derive
 
 # Every phrase submission_status, the report and the overview used to look for in messages.
 OLD_WORDS = ("scale raised NotImplementedError: scale is not implemented yet; your module has "

@@ -17,7 +17,8 @@ import json
 import pytest
 from red_team import ADD_NUMBERS, ANSWERS, HONEST, assert_sound, legit_max, observation
 
-from autograder.grading.submission_status import EVENT_REASONS, TA_EVENTS_FILE, derive
+from autograder.batch.submission_status import EVENT_REASONS, derive
+from autograder.grading.ta_events import TA_EVENTS_FILE
 
 pytestmark = pytest.mark.slow  # each grading takes 5-15 s
 
