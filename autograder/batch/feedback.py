@@ -103,7 +103,7 @@ def _copy(out: Path, fresh: Path, done: Released) -> None:
             target.mkdir(exist_ok=True)
             for path in files:
                 shutil.copyfile(path, target / path.name)  # the content only, no modes
-            release = (row.report or {}).get("release") or {}  # as report.json recorded it
+            release = row.report.release or {}  # as report.json recorded it
             if not _write_grade(target, row, student.sid, release) and adjusted is not None:
                 done.notes.append(f"{who}: the override is not shown yet (their reports count "
                                   "the coding part alone until the due date; release again "

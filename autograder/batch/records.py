@@ -1,8 +1,8 @@
 """Records of a class batch, shared by discovery, late policy, backends, gradebook and overview.
 
 Data flows one way: ClassSubmission (found on disk) -> GradeTask (sent to a worker) ->
-GradeOutcome (plain JSON back from the worker) -> gradebook row -> GradedSubmission (read back
-for grades.csv and the class overview).
+GradeOutcome (the worker's `Report`, sent back as plain JSON: to_json / from_json) -> gradebook
+row -> GradedSubmission (read back, its `Report` typed again, for grades.csv and the overview).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autograder.batch.submission_status import SubmissionStatus, derive
 from autograder.grading.late import LateStatus, SubmissionDates
+from autograder.grading.results import Report
 
 
 def report_folder(sid: str) -> str:
@@ -72,13 +73,27 @@ class GradeTask:
 
 @dataclass
 class GradeOutcome:
-    """A worker's answer: the report as JSON, or why grading itself failed (never a pickle)."""
+    """A worker's answer: the report, or why grading itself failed. It crosses from the worker
+    as `to_json()` (plain JSON, never a pickle) and is read back with `from_json`."""
 
     key: str
-    report: dict | None  # report.json's content
+    report: Report | None
     error: str | None  # the grader's own failure (the student's faults are in the report)
     seconds: float
     worker: str = ""  # host/process that graded it, for the TA's log
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "report": self.report.to_json() if self.report else None,
+                "error": self.error, "seconds": self.seconds, "worker": self.worker}
+
+    @classmethod
+    def from_json(cls, data: dict) -> GradeOutcome:
+        """The outcome `to_json` wrote; raises (TypeError, KeyError, ValueError,
+        AttributeError) on anything else."""
+        report = data["report"]
+        return cls(str(data["key"]), Report.from_json(report) if report is not None else None,
+                   None if data["error"] is None else str(data["error"]),
+                   float(data["seconds"]), str(data.get("worker", "")))
 
 
 ADJUSTMENTS = ("override", "extension")
@@ -119,7 +134,7 @@ class GradedSubmission:
 
     submission: ClassSubmission
     run_id: int
-    report: dict | None
+    report: Report | None
     score: float  # after the late penalty
     raw_score: float
     max_score: float

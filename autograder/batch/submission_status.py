@@ -1,8 +1,8 @@
 """What a TA needs to know about one graded submission, in one word and one line.
 
-`derive(report, error, events)` gives a `SubmissionStatus` from the report (report.json's
-content: each coding test's `cause`, statuses.TestCause, never its message), the grader's own
-failure and the sandbox's event log:
+`derive(report, error, events)` gives a `SubmissionStatus` from the `Report` (each coding
+test's `cause`, statuses.TestCause, never its message), the grader's own failure and the
+sandbox's event log:
 
 - `flagged`: hostile behaviour: a refused socket, a write outside the sandbox, a read of the
   grader's files, a signal to the grader or to the sandbox's parent, an import hang, an
@@ -45,8 +45,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from autograder.grading.results import Report, TestResult
 from autograder.project.inert import clip, inert
-from autograder.protocol.statuses import SUBMISSION_STATES, SubmissionState
+from autograder.protocol.statuses import SUBMISSION_STATES, SubmissionState, TestCause
 
 STATUSES = SUBMISSION_STATES
 NEEDS_A_LOOK = tuple(s for s in STATUSES if s != "ok")
@@ -121,20 +122,20 @@ class SubmissionStatus:
                    int(data.get("grader_errors", 0)))
 
 
-def derive(report: dict | None, error: str | None = None,
+def derive(report: Report | None, error: str | None = None,
            events: list[dict] | None = None) -> SubmissionStatus:
-    """The status of one grading: `report` is report.json's content (None when the grader
-    failed), `error` the grader's own failure, `events` the sandbox's (see read_sandbox_events)."""
+    """The status of one grading: `report` is its report (None when the grader failed), `error`
+    the grader's own failure, `events` the sandbox's (grading.ta_events.take_kept_events)."""
     flags = _event_flags(events or [])
     if report is None or error is not None:
         detail = error or "the grader wrote no report"
         if flags:
             return SubmissionStatus("flagged", f"{'; '.join(flags)} (and: {detail})", flags)
         return SubmissionStatus("grader_error", clip(inert(detail), MAX_DETAIL))
-    coding = [t for t in report.get("tests", []) if t.get("part") == "coding"]
-    counted = [t for t in coding if t.get("status") in ("passed", "failed")]
-    failed = [t for t in counted if t.get("status") == "failed"]
-    causes = [str(t.get("cause", "")) for t in failed]
+    coding = [t for t in report.tests if t.part == "coding"]
+    counted = [t for t in coding if t.status in ("passed", "failed")]
+    failed = [t for t in counted if t.status == "failed"]
+    causes = [t.cause for t in failed]
     for cause in causes:
         reason = CAUSE_FLAGS.get(cause)
         if reason is not None and reason not in flags:
@@ -143,14 +144,14 @@ def derive(report: dict | None, error: str | None = None,
     dead = sum(cause in CRASHED_CAUSES for cause in causes)
     found = SubmissionStatus("ok", flags=flags, timed_out=slow, crashed=dead)
     problem = _module_problem(failed)
-    grader_errors = [t for t in failed if t.get("cause") == "grader_error"]
+    grader_errors = [t for t in failed if t.cause == "grader_error"]
     found.grader_errors = len(grader_errors)
     if flags:
         found.status, found.detail = "flagged", "; ".join(flags)
     elif grader_errors:
         found.status = "grader_error"
         found.detail = (f"the grader could not run {len(grader_errors)} check(s), e.g. "
-                        f"{grader_errors[0].get('name', '')}")
+                        f"{grader_errors[0].name}")
     elif problem is not None:
         found.status, found.detail = problem
     elif slow:
@@ -164,12 +165,14 @@ def derive(report: dict | None, error: str | None = None,
     return found
 
 
-def _module_problem(failed: list[dict]) -> tuple[str, str] | None:
+def _module_problem(failed: list[TestResult]) -> tuple[SubmissionState, str] | None:
     """no_module or not_importable, with the first such test's message as the detail."""
-    for state, cause in (("no_module", "no_module"), ("not_importable", "import_failed")):
+    states: tuple[tuple[SubmissionState, TestCause], ...] = (("no_module", "no_module"),
+                                                             ("not_importable", "import_failed"))
+    for state, cause in states:
         for test in failed:
-            if test.get("cause") == cause:
-                return state, str(test.get("message", "")).removeprefix(_NOT_IMPORTABLE).strip()
+            if test.cause == cause:
+                return state, test.message.removeprefix(_NOT_IMPORTABLE).strip()
     return None
 
 

@@ -144,22 +144,21 @@ def _as_shown(t: TestResult, release: Release) -> TestResult:
                    feedback_visibility=None)
 
 
-def release_due(report: dict | None, now: datetime | None = None) -> bool:
-    """True when a report (report.json's content, as the gradebook keeps it) withheld
-    `after_due_date` results from students that a grading `now` would show: grading it again
-    gives them the full score."""
-    release = (report or {}).get("release") or {}
+def release_due(report: Report | None, now: datetime | None = None) -> bool:
+    """True when a report (as the gradebook keeps it) withheld `after_due_date` results from
+    students that a grading `now` would show: grading it again gives them the full score."""
+    release = (report.release if report is not None else None) or {}
     shown = release.get("results_shown_at")
     if not release.get("withheld_after_due_date") or not shown:
         return False
     return (now or datetime.now(timezone.utc)) >= parse_timestamp(shown)
 
 
-def graded_for(report: dict | None, shown_at: datetime | None) -> bool:
-    """True when a report (report.json's content, as the gradebook keeps it) was graded for
-    results shown at `shown_at`: a TA's extension moves that date, and a report graded for
-    another one shows its students results on the wrong day."""
-    recorded = ((report or {}).get("release") or {}).get("results_shown_at")
+def graded_for(report: Report | None, shown_at: datetime | None) -> bool:
+    """True when a report (as the gradebook keeps it) was graded for results shown at
+    `shown_at`: a TA's extension moves that date, and a report graded for another one shows its
+    students results on the wrong day."""
+    recorded = ((report.release if report is not None else None) or {}).get("results_shown_at")
     return (parse_timestamp(recorded) if recorded else None) == shown_at
 
 

@@ -4,24 +4,24 @@ be added by student code, never cleared."""
 
 from __future__ import annotations
 
+from report_records import a_report, a_test
+
 from autograder.batch.submission_status import SubmissionStatus, derive
+from autograder.grading.results import Report
 
 
 def report(*coding: tuple[str, str] | tuple[str, str, str],
-           warnings: list[str] | None = None) -> dict:
-    """A report's content: coding tests as (cause, message), or (status, cause, message)."""
+           warnings: list[str] | None = None) -> Report:
+    """A report: coding tests as (cause, message), or (status, cause, message), and one
+    unanswered question."""
     tests = []
     for i, test in enumerate(coding):
         status, cause, message = test if len(test) == 3 else (
             "passed" if test[0] == "passed" else "failed", *test)
-        tests.append({"name": f"f{i}: test {i}", "part": "coding", "item": f"f{i}",
-                      "status": status, "cause": cause,
-                      "score": 1.0 if status == "passed" else 0.0, "max_score": 1.0,
-                      "message": message})
-    tests.append({"name": "Q1", "part": "multiple_choice", "item": "q01", "status": "failed",
-                  "cause": "not_answered", "score": 0.0, "max_score": 1.0,
-                  "message": "no answers file found"})
-    return {"tests": tests, "warnings": warnings or [], "score": 0.0, "max_score": 3.0}
+        tests.append(a_test(f"f{i}", status, cause, message, name=f"f{i}: test {i}"))
+    tests.append(a_test("q01", "failed", "not_answered", "no answers file found",
+                        part="multiple_choice", name="Q1"))
+    return a_report(*tests, warnings=warnings)
 
 
 PASS = ("passed", "")
