@@ -184,7 +184,7 @@ class Gradebook:
         score = raw = max_score = None
         if report is not None:
             score, max_score = report.score, report.max_score
-            raw = report.late["raw_score"] if report.late else score
+            raw = report.late.raw_score if report.late else score
         submitters = json.dumps([asdict(s) for s in submission.submitters])
         created = submission.created_at.isoformat() if submission.created_at else None
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")

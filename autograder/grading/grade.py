@@ -28,7 +28,7 @@ from autograder.grading.results import (
     build_report,
     coding_results,
 )
-from autograder.grading.submission import SubmissionFiles, locate
+from autograder.grading.submission import GradedFile, SubmissionFiles, locate
 from autograder.grading.supervisor import SuiteRun, run_hidden_tests
 from autograder.grading.ta_events import keep_sandbox_events
 from autograder.grading.visibility import release_for
@@ -200,7 +200,7 @@ def _choose(files: SubmissionFiles, folder: Path, module: str,
     chosen, why = student_check.choose_graded(
         module, files.module.name if files.module else None, state, notebook.name,
         extracted.state if extracted else student_check.BROKEN, problem)
-    graded = {"file": chosen or notebook.name, "why": why or ""}
+    graded = GradedFile(chosen or notebook.name, why or "")
     if chosen != notebook.name:
         return graded
     files.warnings += files.notebook_warnings

@@ -14,7 +14,7 @@ from report_records import a_report, a_test
 from autograder.batch.gradebook import _SCHEMA, SCHEMA_VERSION, Gradebook, GradebookError
 from autograder.batch.records import ClassSubmission, GradeOutcome, Submitter
 from autograder.batch.submission_status import SubmissionStatus
-from autograder.grading.results import Report
+from autograder.grading.results import LateEntry, ReleaseRecord, Report
 from autograder.project.late_policy import parse_timestamp
 
 SYNTAX = "your module could not be imported: SyntaxError: expected ':' (toy.py, line 1)"
@@ -93,9 +93,8 @@ def test_a_run_that_withheld_results_now_due_is_graded_again(tmp_path):
     """As Gradescope's "Regrade all submissions" after the due date: students' files of a run
     graded before it withheld the multiple choice; a batch run after it grades them again."""
     def withheld(shown_at: str, count: int = 1) -> Report:
-        return report("passed", release={
-            "graded_at": "2026-12-01T00:00:00+00:00", "results_shown_at": shown_at,
-            "withheld": count, "withheld_after_due_date": count, "withheld_points": 3.0})
+        return report("passed", release=ReleaseRecord(
+            "2026-12-01T00:00:00+00:00", shown_at, count, count, 3.0))
 
     with Gradebook(tmp_path / "g.sqlite") as book:
         for shown_at, count, current in (("2999-01-01T00:00:00+00:00", 1, True),
@@ -154,8 +153,7 @@ def test_a_newer_gradebook_is_refused(tmp_path):
 def test_a_run_keeps_the_report_as_report_json_and_reads_it_back_typed(tmp_path):
     graded = a_report(a_test("add", "failed", "wrong_result", "add(2, 3) should be 5",
                              output="printed", feedback=["a hint"]),
-                      late={"minutes_late": 5.0, "days_late": 1, "penalty": 0.1,
-                            "message": "late", "raw_score": 0.0})
+                      late=LateEntry(5.0, 1, 0.1, "late", 0.0))
     with Gradebook(tmp_path / "g.sqlite") as book:
         book.record(submission(), "toy", GradeOutcome("alice", graded, None, 1.0),
                     "h", "g", "a", None)

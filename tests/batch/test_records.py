@@ -11,13 +11,14 @@ from report_records import a_report, a_test
 
 from autograder.batch.local_workers import _outcome
 from autograder.batch.records import GradeOutcome, GradeTask
+from autograder.grading.results import LateEntry
+from autograder.grading.submission import GradedFile
 
 REPORT = a_report(a_test("add", "failed", "import_failed", "your module could not be imported",
                          output="printed", feedback=["a hint"]),
                   a_test("q1", "passed", part="multiple_choice"),
-                  late={"minutes_late": 5.0, "days_late": 1, "penalty": 0.1, "message": "late",
-                        "raw_score": 1.0},
-                  graded_file={"file": "toy.ipynb", "why": "the only notebook"})
+                  late=LateEntry(5.0, 1, 0.1, "late", 1.0),
+                  graded_file=GradedFile("toy.ipynb", "the only notebook"))
 TASK = GradeTask("alice", "in", "out", "toy", "grading.yml")
 
 

@@ -186,9 +186,9 @@ def test_the_view_counts_only_what_it_shows_and_takes_the_late_penalty_off_that(
     assert [t.cause for t in view.tests] == ["withheld", "not_answered", "passed", "withheld",
                                              "withheld"]
     assert [p.score for p in view.parts] == [0, 3]
-    assert view.late["raw_score"] == 3 and view.score == 2.7
+    assert view.late.raw_score == 3 and view.score == 2.7
     assert view.tests[1].feedback == []  # the key of an unanswered question waits too
-    assert view.release["withheld_points"] == 4.5 and view.release["withheld"] == 3
+    assert view.release.withheld_points == 4.5 and view.release.withheld == 3
     assert student_view(view) == view  # a view of a view is the same view
     shown = student_view(made(TESTS, DUE, late))
     assert [p.score for p in shown.parts] == [2.5, 5] and shown.score == 6.75
