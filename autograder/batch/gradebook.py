@@ -25,6 +25,7 @@ from autograder.batch.records import (
     GradedSubmission,
     GradeOutcome,
     LateStatus,
+    StoredRun,
     Submitter,
 )
 from autograder.batch.submission_status import SubmissionStatus, derive
@@ -228,25 +229,19 @@ class Gradebook:
             return list(found.values())
         return [found[k] for k in keys if k in found]
 
-    def history(self, key: str) -> list[dict]:
-        """Every run of one submission, oldest first (without the full reports): id,
-        graded_at, score, raw_score, max_score, error, the versions, late (JSON), the date its
-        results were shown from (results_shown_at), status (a dict) and tests ({name: (status,
-        score)} from the run's outcomes)."""
-        cursor = self.db.execute(
+    def history(self, key: str) -> list[StoredRun]:
+        """Every run of one submission, oldest first (without the full reports)."""
+        rows = self.db.execute(
             "SELECT id, graded_at, score, raw_score, max_score, error, content_hash, "
             "grader_version, assignment_version, late, "
-            "json_extract(report, '$.release.results_shown_at') AS results_shown_at, status "
-            "FROM runs WHERE submission_key=? ORDER BY id", (key,))
-        names = [c[0] for c in cursor.description]
-        runs = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        for run in runs:
-            run["status"] = SubmissionStatus.from_json(
-                json.loads(run["status"]) if run["status"] else None).to_json()
-            run["tests"] = {name: (status, score) for name, status, score in self.db.execute(
-                "SELECT name, status, score FROM outcomes WHERE run_id=? ORDER BY position",
-                (run["id"],))}
-        return runs
+            "json_extract(report, '$.release.results_shown_at'), status "
+            "FROM runs WHERE submission_key=? ORDER BY id", (key,)).fetchall()
+        return [StoredRun(*row[:11], status=SubmissionStatus.from_json(
+                              json.loads(row[11]) if row[11] else None),
+                          tests={name: (status, score) for name, status, score in
+                                 self.db.execute("SELECT name, status, score FROM outcomes "
+                                                 "WHERE run_id=? ORDER BY position", (row[0],))})
+                for row in rows]
 
     def keys_of(self, who: str) -> list[str]:
         """The submissions whose key is `who` or whose submitters include the sid `who`."""

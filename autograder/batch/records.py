@@ -128,6 +128,25 @@ class Adjustment:
         return f"{what}: {self.reason} (by {self.by}, {self.at})"
 
 
+@dataclass(frozen=True)
+class StoredRun:
+    """One grading run of a submission as the gradebook holds it, without its report."""
+
+    id: int
+    graded_at: str  # ISO 8601, UTC
+    score: float | None  # after the late penalty; None when the grader failed
+    raw_score: float | None
+    max_score: float | None
+    error: str | None
+    content_hash: str
+    grader_version: str
+    assignment_version: str
+    late: str | None  # the LateStatus as the gradebook stores it (JSON), to compare runs
+    results_shown_at: str | None  # from the report's release
+    status: SubmissionStatus
+    tests: dict[str, tuple[str, float]]  # name -> (status, score), from the run's outcomes
+
+
 @dataclass
 class GradedSubmission:
     """The latest grading run of one submission, as the gradebook holds it."""

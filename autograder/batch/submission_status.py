@@ -178,10 +178,12 @@ def _module_problem(failed: list[TestResult]) -> tuple[SubmissionState, str] | N
 
 def _event_flags(events: list[dict]) -> list[str]:
     flags: list[str] = []
+    said: set[str] = set()
     for event in events:
         reason = EVENT_REASONS.get(str(event.get("kind")), "unexpected sandbox event")
+        if reason in said:  # one line per reason: the first event's detail
+            continue
+        said.add(reason)
         detail = clip(inert(str(event.get("detail", ""))), 120)
-        text = f"{reason}: {detail}" if detail else reason
-        if not any(f.startswith(reason) for f in flags):  # one line per kind
-            flags.append(text)
+        flags.append(f"{reason}: {detail}" if detail else reason)
     return flags

@@ -213,7 +213,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     assert latest_scores(out)["bob"][0] == 10
     with Gradebook(out / "gradebook.sqlite") as book:
         history = book.history("bob")
-    assert [h["score"] for h in history] == [latest_scores(first_out)["bob"][0], 10]
+    assert [h.score for h in history] == [latest_scores(first_out)["bob"][0], 10]
 
     # --only regrades one student even when nothing changed; --force regrades everyone.
     batch(changed, "toy", out, only=["alice"], project=PROJECT, progress=False)

@@ -49,8 +49,8 @@ def test_status_is_recorded_and_read_back(tmp_path):
         latest = book.latest()[0]
         assert latest.status == flagged
         runs = book.history("alice")
-        assert [r["status"]["status"] for r in runs] == ["not_importable", "flagged"]
-        assert runs[0]["tests"] == {"add: adds": ("failed", 0.0)}
+        assert [r.status.status for r in runs] == ["not_importable", "flagged"]
+        assert runs[0].tests == {"add: adds": ("failed", 0.0)}
         assert book.keys_of("s1") == book.keys_of("alice") == ["alice"]
         assert book.keys_of("nobody") == []
 
@@ -128,7 +128,7 @@ def test_a_version_1_gradebook_is_migrated_in_place(tmp_path):
     db.commit()
     db.close()
     with Gradebook(path) as book:
-        assert [r["status"]["status"] for r in book.history("bob")] == \
+        assert [r.status.status for r in book.history("bob")] == \
             ["not_importable", "grader_error"]
         assert book.latest()[0].status.status == "grader_error"
     db = sqlite3.connect(path)
