@@ -194,24 +194,24 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
     from autograder.grading.report import points
 
     if report.graded_file:
-        click.echo(f"graded file: {inert(report.graded_file['file'])} "
-                   f"({inert(report.graded_file['why'])})")
+        click.echo(f"graded file: {inert(report.graded_file.file)} "
+                   f"({inert(report.graded_file.why)})")
     for part in report.parts:
         click.echo(f"{part.name:<16} {points(part.score):>7} / {points(part.max_score)}")
-    if report.late and report.late["raw_score"] != report.score:  # the parts add up to raw
-        penalty = report.score - report.late["raw_score"]
-        click.echo(f"{'late penalty':<16} {points(penalty):>7}   ({inert(report.late['message'])})")
+    if report.late and report.late.raw_score != report.score:  # the parts add up to raw
+        penalty = report.score - report.late.raw_score
+        click.echo(f"{'late penalty':<16} {points(penalty):>7}   ({inert(report.late.message)})")
     click.echo(f"{'total':<16} {points(report.score):>7} / {points(report.max_score)}")
     for warning in report.warnings:  # inert already; again, as this is a terminal
         click.echo(f"note: {inert(warning)}")
     click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
                + "; ".join(report.environment.get("protections", [])))
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
-    release = report.release or {}
-    if release.get("withheld"):
-        click.echo(f"withheld from the student's files: {release['withheld']} result(s) worth "
-                   f"{points(release['withheld_points'])} points (the totals above count them; "
-                   f"shown from {release['results_shown_at'] or 'a due date, once one is set'})")
+    release = report.release
+    if release is not None and release.withheld:
+        click.echo(f"withheld from the student's files: {release.withheld} result(s) worth "
+                   f"{points(release.withheld_points)} points (the totals above count them; "
+                   f"shown from {release.results_shown_at or 'a due date, once one is set'})")
 
 
 def _submission_dates(assignment: str, project: Project, metadata: Path | None,

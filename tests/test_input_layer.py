@@ -24,6 +24,7 @@ from hostile_inputs import (
     zip_bytes,
 )
 from repo_project import REPO
+from report_records import a_report, a_test
 
 from autograder.batch.gradebook import MAX_REPORT_CHARS, Gradebook
 from autograder.batch.local_workers import LineReader, LineTooLong
@@ -213,10 +214,8 @@ def test_reports_stay_under_their_cap_whatever_the_submission_printed(tmp_path, 
 
 
 def test_a_gradebook_row_is_bounded(tmp_path, toy):
-    huge = {"score": 1.0, "max_score": 10.0, "warnings": ["w" * 1000] * 5000,
-            "tests": [{"name": "t", "part": "coding", "item": "add", "status": "failed",
-                       "score": 0.0, "max_score": 1.0, "message": "m" * 100_000,
-                       "output": "o" * 1_000_000, "feedback": []}]}
+    huge = a_report(a_test("add", "failed", message="m" * 100_000, output="o" * 1_000_000),
+                    warnings=["w" * 1000] * 5000)
     with Gradebook(tmp_path / "gradebook.sqlite") as book:
         book.record(ClassSubmission("s1", tmp_path, []), "toy",
                     GradeOutcome("s1", huge, None, 1.0), "hash", "g", "a", None)

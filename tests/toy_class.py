@@ -8,10 +8,8 @@ holds it: a late submission the grader itself failed on.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 
 from autograder.batch.records import ClassSubmission, GradedSubmission, LateStatus, Submitter
 from autograder.grading.grade import grade
+from autograder.grading.results import Report
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.paths import Project
 
@@ -85,12 +84,12 @@ def _grade_one(base: Path, key: str) -> GradedSubmission:
     submission = ClassSubmission(key, folder, submitters, DUE + timedelta(minutes=minutes))
     out = base / "out" / "reports" / submission.sid
     graded = grade(folder, "toy", out, Project.of_config(CONFIG))
-    report = json.loads(json.dumps(asdict(graded)))  # as stored
+    report = Report.from_json(graded.to_json())  # as the gradebook stores it
     late = _late(minutes)
     penalty = late.penalty if late else 0.0
-    return GradedSubmission(submission, 1, report, round(report["score"] * (1 - penalty), 4),
-                            report["score"], report["max_score"], late, None, GRADED_AT,
-                            report["execution_time"])
+    return GradedSubmission(submission, 1, report, round(report.score * (1 - penalty), 4),
+                            report.score, report.max_score, late, None, GRADED_AT,
+                            report.execution_time)
 
 
 def _failed(base: Path) -> GradedSubmission:

@@ -41,12 +41,14 @@ from autograder.batch.records import (
     GradeOutcome,
     GradeTask,
     LateStatus,
+    StoredRun,
     report_folder,
 )
 from autograder.batch.roster import discover
 from autograder.batch.similarity import Similarity, check_similarity
+from autograder.batch.submission_status import derive
 from autograder.grading.late import SubmissionDates, late_entry, results_shown_at
-from autograder.grading.submission_status import derive, take_kept_events
+from autograder.grading.ta_events import take_kept_events
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import label
 from autograder.project.late_policy import parse_timestamp
@@ -465,7 +467,7 @@ def history(out: Path, who: str, since_run: int | None = None,
     return found
 
 
-def _change(run: dict, before: dict | None) -> RunChange:
+def _change(run: StoredRun, before: StoredRun | None) -> RunChange:
     why, tests, delta = [], [], None
     if before is not None:
         for field_name, text in (("content_hash", "new files"),
@@ -474,16 +476,16 @@ def _change(run: dict, before: dict | None) -> RunChange:
                                  ("late", "late status changed (an extension?)"),
                                  ("results_shown_at", "results shown from another date "
                                                       "(an extension?)")):
-            if run[field_name] != before[field_name]:
+            if getattr(run, field_name) != getattr(before, field_name):
                 why.append(text)
         if not why:
             why.append("regraded (--only or --force, or its withheld results now due)")
-        if run["score"] is not None and before["score"] is not None:
-            delta = round(run["score"] - before["score"], 4)
-        for name in dict.fromkeys([*before["tests"], *run["tests"]]):
-            old, new = before["tests"].get(name), run["tests"].get(name)
+        if run.score is not None and before.score is not None:
+            delta = round(run.score - before.score, 4)
+        for name in dict.fromkeys([*before.tests, *run.tests]):
+            old, new = before.tests.get(name), run.tests.get(name)
             if (old and old[0]) != (new and new[0]):
                 tests.append((name, old[0] if old else "absent", new[0] if new else "absent"))
-    return RunChange(run["id"], run["graded_at"], run["score"], run["max_score"],
-                     run["status"]["status"], run["status"]["detail"] or (run["error"] or ""),
+    return RunChange(run.id, run.graded_at, run.score, run.max_score,
+                     run.status.status, run.status.detail or (run.error or ""),
                      why, delta, tests)

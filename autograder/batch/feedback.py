@@ -30,6 +30,7 @@ from autograder.batch.gradebook import Gradebook
 from autograder.batch.gradesheet import members
 from autograder.batch.records import GradedSubmission, report_folder
 from autograder.grading.report import REPORT_FILES
+from autograder.grading.results import ReleaseRecord
 from autograder.project.inert import label
 
 GRADE_FILE = "grade.json"
@@ -103,26 +104,27 @@ def _copy(out: Path, fresh: Path, done: Released) -> None:
             target.mkdir(exist_ok=True)
             for path in files:
                 shutil.copyfile(path, target / path.name)  # the content only, no modes
-            release = (row.report or {}).get("release") or {}  # as report.json recorded it
-            if not _write_grade(target, row, student.sid, release) and adjusted is not None:
+            if not _write_grade(target, row, student.sid, row.report.release) \
+                    and adjusted is not None:
                 done.notes.append(f"{who}: the override is not shown yet (their reports count "
                                   "the coding part alone until the due date; release again "
                                   "after the regrade)")
             done.students.append(student.sid)
 
 
-def _write_grade(target: Path, row: GradedSubmission, sid: str, release: dict | None) -> bool:
+def _write_grade(target: Path, row: GradedSubmission, sid: str,
+                 release: ReleaseRecord | None) -> bool:
     """TARGET/grade.json: the score every export gives `sid` when their reports show every
-    result (`release`, as report.json recorded it; None: no report, a score given by hand), or
-    when it is given; returns whether it holds the score."""
-    withheld = release is not None and release.get("withheld_points", 0) > 0
+    result (`release`, as report.json recorded it; None: none recorded, or no report, a score
+    given by hand), or when it is given; returns whether it holds the score."""
+    withheld = release is not None and release.withheld_points > 0
     adjusted = sid in row.overrides
     grade: dict = {"score": None if withheld else row.final_score(sid),
                    "max_score": row.max_score,
                    "adjusted": None if withheld else adjusted}
     if withheld:
         grade["note"] = ("Your total is given once every result is shown, "
-                         f"{release.get('results_shown_at') or 'after the due date'} or later.")
+                         f"{release.results_shown_at or 'after the due date'} or later.")
     elif adjusted:
         grade["note"] = "Your score was adjusted by the course staff."
     (target / GRADE_FILE).write_text(json.dumps(grade, indent=2) + "\n", encoding="utf-8")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,9 +25,11 @@ from autograder.batch.records import (
     GradedSubmission,
     GradeOutcome,
     LateStatus,
+    StoredRun,
     Submitter,
 )
-from autograder.grading.submission_status import SubmissionStatus, derive
+from autograder.batch.submission_status import SubmissionStatus, derive
+from autograder.grading.results import Report
 from autograder.grading.visibility import graded_for, release_due
 from autograder.project.inert import clip, inert
 
@@ -127,7 +129,7 @@ class Gradebook:
                 self.db.execute("ALTER TABLE runs ADD COLUMN status TEXT")
             for run_id, report, error in self.db.execute(
                     "SELECT id, report, error FROM runs").fetchall():
-                status = derive(_with_v1_causes(json.loads(report)) if report else None, error)
+                status = derive(_stored_report(report, version_1=True), error)
                 self.db.execute("UPDATE runs SET status=? WHERE id=?",
                                 (json.dumps(status.to_json()), run_id))
             self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
@@ -164,7 +166,7 @@ class Gradebook:
             return False
         if SubmissionStatus.from_json(json.loads(row[6]) if row[6] else None).grader_failed:
             return False
-        report = json.loads(row[7]) if row[7] else None
+        report = _stored_report(row[7])
         if not graded_for(report, shown_at) or release_due(report):
             return False
         return not (gpu_now and self.db.execute(
@@ -182,8 +184,8 @@ class Gradebook:
             status = derive(outcome.report, error)
         score = raw = max_score = None
         if report is not None:
-            score, max_score = report["score"], report["max_score"]
-            raw = (report.get("late") or {}).get("raw_score", score)
+            score, max_score = report.score, report.max_score
+            raw = report.late.raw_score if report.late else score
         submitters = json.dumps([asdict(s) for s in submission.submitters])
         created = submission.created_at.isoformat() if submission.created_at else None
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -200,13 +202,13 @@ class Gradebook:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (submission.key, assignment, content_hash, grader_version, assignment_version,
                  _late_json(late), now, round(outcome.seconds, 3), outcome.worker, score, raw,
-                 max_score, error, json.dumps(report) if report is not None else None,
+                 max_score, error, json.dumps(report.to_json()) if report is not None else None,
                  json.dumps(status.to_json()))).lastrowid
-            for position, t in enumerate((report or {}).get("tests", [])):
+            for position, t in enumerate(report.tests if report is not None else []):
                 self.db.execute(
                     "INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, position, t["name"], t["part"], t["item"], t["status"],
-                     t["score"], t["max_score"], clip(t["message"], MAX_TEXT_CHARS)))
+                    (run_id, position, t.name, t.part, t.item, t.status, t.score, t.max_score,
+                     clip(t.message, MAX_TEXT_CHARS)))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -227,25 +229,19 @@ class Gradebook:
             return list(found.values())
         return [found[k] for k in keys if k in found]
 
-    def history(self, key: str) -> list[dict]:
-        """Every run of one submission, oldest first (without the full reports): id,
-        graded_at, score, raw_score, max_score, error, the versions, late (JSON), the date its
-        results were shown from (results_shown_at), status (a dict) and tests ({name: (status,
-        score)} from the run's outcomes)."""
-        cursor = self.db.execute(
+    def history(self, key: str) -> list[StoredRun]:
+        """Every run of one submission, oldest first (without the full reports)."""
+        rows = self.db.execute(
             "SELECT id, graded_at, score, raw_score, max_score, error, content_hash, "
             "grader_version, assignment_version, late, "
-            "json_extract(report, '$.release.results_shown_at') AS results_shown_at, status "
-            "FROM runs WHERE submission_key=? ORDER BY id", (key,))
-        names = [c[0] for c in cursor.description]
-        runs = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        for run in runs:
-            run["status"] = SubmissionStatus.from_json(
-                json.loads(run["status"]) if run["status"] else None).to_json()
-            run["tests"] = {name: (status, score) for name, status, score in self.db.execute(
-                "SELECT name, status, score FROM outcomes WHERE run_id=? ORDER BY position",
-                (run["id"],))}
-        return runs
+            "json_extract(report, '$.release.results_shown_at'), status "
+            "FROM runs WHERE submission_key=? ORDER BY id", (key,)).fetchall()
+        return [StoredRun(*row[:11], status=SubmissionStatus.from_json(
+                              json.loads(row[11]) if row[11] else None),
+                          tests={name: (status, score) for name, status, score in
+                                 self.db.execute("SELECT name, status, score FROM outcomes "
+                                                 "WHERE run_id=? ORDER BY position", (row[0],))})
+                for row in rows]
 
     def keys_of(self, who: str) -> list[str]:
         """The submissions whose key is `who` or whose submitters include the sid `who`."""
@@ -320,17 +316,42 @@ class Gradebook:
                         "value=excluded.value", (key, value))
 
 
-def _bounded_report(report: dict | None) -> dict | None:
+def _bounded_report(report: Report | None) -> Report | None:
     """`report`, or when its JSON is over MAX_REPORT_CHARS a copy without printed output and
     with short messages and notes (scores and statuses are kept)."""
-    if report is None or len(json.dumps(report)) <= MAX_REPORT_CHARS:
+    if report is None or len(json.dumps(report.to_json())) <= MAX_REPORT_CHARS:
         return report
-    tests = [{**t, "output": "", "message": clip(t.get("message", ""), 500),
-              "feedback": [clip(line, 500) for line in t.get("feedback", [])[:10]]}
-             for t in report.get("tests", [])]
-    warnings = [clip(w, 500) for w in report.get("warnings", [])[:40]]
+    tests = [replace(t, output="", message=clip(t.message, 500),
+                     feedback=[clip(line, 500) for line in t.feedback[:10]])
+             for t in report.tests]
+    warnings = [clip(w, 500) for w in report.warnings[:40]]
     warnings.append("this stored report was cut down to fit the gradebook; see report.json")
-    return {**report, "tests": tests, "warnings": warnings}
+    return replace(report, tests=tests, warnings=warnings)
+
+
+def _stored_report(text: str | None, version_1: bool = False) -> Report | None:
+    """A report as a run stored it (report.json's content), typed again. One stored by an
+    earlier grader may lack what was added since: fields take their defaults, and a test from
+    before causes were recorded gets the one its status implies (`_implied_cause`); with
+    `version_1`, the one that grader's words implied (`_with_v1_causes`: the migration only)."""
+    if not text:
+        return None
+    data = json.loads(text)
+    if version_1:
+        data = _with_v1_causes(data)
+    tests = [t if "cause" in t else {**t, "cause": _implied_cause(t)}
+             for t in data.get("tests", [])]
+    return Report.from_json({**data, "tests": tests})
+
+
+def _implied_cause(test: dict) -> str:
+    """The cause of a stored test that has none, from its part and status alone (never its
+    message). Nothing that reads a stored report tells these apart: only the overview reads a
+    cause, to find `import_failed`, which none of them is."""
+    if test.get("part") == "multiple_choice":
+        return "answered"
+    return {"passed": "passed", "withheld": "withheld", "excluded": "gpu_unavailable",
+            "pending": "gpu_unavailable"}.get(str(test.get("status")), "wrong_result")
 
 
 # Version 1's reports had no causes (statuses.TestCause): its runs' statuses are derived once,
@@ -381,11 +402,12 @@ def _graded(row: tuple, overrides: dict[str, Adjustment]) -> GradedSubmission:
         key=key, path=Path(), submitters=[Submitter(**s) for s in json.loads(submitters)],
         created_at=datetime.fromisoformat(created) if created else None)
     sids = [s.sid for s in submission.submitters] or [key]
+    stored = _stored_report(report)
     return GradedSubmission(
-        submission=submission, run_id=run_id, report=json.loads(report) if report else None,
+        submission=submission, run_id=run_id, report=stored,
         score=score or 0.0, raw_score=raw or 0.0, max_score=max_score or 0.0,
         late=LateStatus(**json.loads(late)) if late else None, error=error,
         graded_at=graded_at, seconds=seconds, history=runs,
         status=SubmissionStatus.from_json(json.loads(status) if status else None)
-        if status else derive(json.loads(report) if report else None, error),
+        if status else derive(stored, error),
         overrides={sid: overrides[sid] for sid in sids if sid in overrides})

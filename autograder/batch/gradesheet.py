@@ -7,7 +7,7 @@ so that a spreadsheet opens them right (a BOM, quoting, ids as text) is
 autograder.batch.spreadsheets.
 
 - `write_grades`: what a TA sorts and filters in a spreadsheet, as CSV and as a workbook: sid,
-  name, email, the submission's status (see autograder.grading.submission_status: ok, blank,
+  name, email, the submission's status (see autograder.batch.submission_status: ok, blank,
   no_module, not_importable, timed_out, crashed, grader_error, flagged), the totals (`total`:
   the student's score override when there is one, else after the late penalty; `raw_total`
   before it, as graded), the penalty and whole minutes late, each part, each function (coding
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from autograder.batch.records import GradedSubmission, Submitter
 from autograder.batch.spreadsheets import Cell, Table, csv_text, decimal, write_csv, write_xlsx
-from autograder.grading.results import PARTS
+from autograder.grading.results import PARTS, Report, TestResult
 from autograder.project.assignment import Assignment
 
 GRADES_CSV = "grades.csv"
@@ -89,9 +89,9 @@ def function_columns(rows: list[GradedSubmission], assignment: Assignment) -> li
     """The functions of grading.yml, in its order, then any other a report names."""
     functions = list(assignment.config.functions)
     for row in rows:
-        for test in (row.report or {}).get("tests", []):
-            if test["part"] == "coding" and test["item"] not in functions:
-                functions.append(test["item"])
+        for test in row.report.tests if row.report is not None else []:
+            if test.part == "coding" and test.item not in functions:
+                functions.append(test.item)
     return functions
 
 
@@ -102,11 +102,11 @@ def test_columns(rows: list[GradedSubmission], assignment: Assignment) -> list[s
     seen: dict[str, str] = {}  # name -> function, in order of first appearance
     ran: set[str] = set()
     for row in sorted(rows, key=lambda r: r.submission.key):
-        for test in (row.report or {}).get("tests", []):
-            if test["part"] == "coding":
-                seen.setdefault(test["name"], test["item"])
-                if test["status"] != "excluded":
-                    ran.add(test["name"])
+        for test in row.report.tests if row.report is not None else []:
+            if test.part == "coding":
+                seen.setdefault(test.name, test.item)
+                if test.status != "excluded":
+                    ran.add(test.name)
     seen = {name: function for name, function in seen.items() if name in ran}
     functions = list(assignment.config.functions)
     rank = {name: i for i, name in enumerate(functions)}
@@ -123,21 +123,21 @@ def grades_header(rows: list[GradedSubmission], assignment: Assignment,
             + [f"test:{name}" for name in tests] + TRAILER)
 
 
-def _item_cells(report: dict | None, assignment: Assignment, functions: list[str],
+def _item_cells(report: Report | None, assignment: Assignment, functions: list[str],
                 tests: list[str]) -> list[Cell]:
     if report is None:
         return [None] * (len(PARTS) + len(functions) + len(assignment.bank.questions)
                          + len(tests))
-    parts = {p["name"]: p["score"] for p in report["parts"]}
-    questions = {t["item"]: t for t in report["tests"] if t["part"] == "multiple_choice"}
-    coding = {t["name"]: t for t in report["tests"] if t["part"] == "coding"}
+    parts = {p.name: p.score for p in report.parts}
+    questions = {t.item: t for t in report.tests if t.part == "multiple_choice"}
+    coding = {t.name: t for t in report.tests if t.part == "coding"}
     by_function: dict[str, float] = {}
     for test in coding.values():
-        if test["status"] != "excluded":
-            by_function[test["item"]] = by_function.get(test["item"], 0.0) + test["score"]
+        if test.status != "excluded":
+            by_function[test.item] = by_function.get(test.item, 0.0) + test.score
 
-    def cell(test: dict | None) -> Cell:
-        return None if test is None or test["status"] == "excluded" else decimal(test["score"])
+    def cell(test: TestResult | None) -> Cell:
+        return None if test is None or test.status == "excluded" else decimal(test.score)
 
     return ([decimal(parts[p]) if p in parts else None for p in PARTS]
             + [decimal(by_function[f]) if f in by_function else None for f in functions]

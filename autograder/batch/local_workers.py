@@ -19,7 +19,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict
 
 from autograder.batch.records import GradeOutcome, GradeTask
 from autograder.batch.retries import Retries
@@ -166,8 +165,8 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
 
 def _outcome(task: GradeTask, line: bytes) -> GradeOutcome:
     try:
-        outcome = GradeOutcome(**json.loads(line))
-    except (ValueError, TypeError, RecursionError):
+        outcome = GradeOutcome.from_json(json.loads(line))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return GradeOutcome(task.key, None, "the grading worker sent an unreadable answer", 0.0)
     if outcome.key != task.key:
         return GradeOutcome(task.key, None, "the grading worker answered for another task", 0.0)
@@ -195,7 +194,7 @@ def _serve() -> None:
     worker = Worker()
     for line in sys.stdin.buffer:
         outcome = worker.grade(GradeTask.from_json(json.loads(line)))
-        out.write(json.dumps(asdict(outcome)).encode() + b"\n")
+        out.write(json.dumps(outcome.to_json()).encode() + b"\n")
         out.flush()
 
 

@@ -5,7 +5,7 @@ what was hard, what went wrong and for whom.
 writes one self-contained static page (no script, no external address: it opens from the disk;
 the page's Content-Security-Policy enforces it). In order:
 
-1. who needs a look: every submission whose status (autograder.grading.submission_status) is not
+1. who needs a look: every submission whose status (autograder.batch.submission_status) is not
 `ok`
    (flagged, grader error, no module, not importable, timed out, crashed, blank), with the reason
    and a link to the report;
@@ -42,8 +42,9 @@ from urllib.parse import quote
 
 from autograder.batch.records import Adjustment, GradedSubmission, LateStatus, report_folder
 from autograder.batch.similarity import Similarity, SimilarPair
+from autograder.batch.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
 from autograder.grading.report import PART_TITLES
-from autograder.grading.submission_status import NEEDS_A_LOOK, STATUSES, SubmissionStatus
+from autograder.grading.results import Report
 from autograder.project import templates
 from autograder.project.assignment import Assignment
 from autograder.project.inert import clip, inert
@@ -266,13 +267,13 @@ def _line(row: GradedSubmission, out: Path, functions: list[str]) -> Line:
         return line
     scores = {name: [0.0, 0.0] for name in functions}
     mc = [0.0, 0.0]
-    for test in row.report["tests"]:
-        if test["status"] == "excluded":
+    for test in row.report.tests:
+        if test.status == "excluded":
             continue
-        target = mc if test["part"] == "multiple_choice" else scores.setdefault(
-            test["item"], [0.0, 0.0])
-        target[0] += test["score"]
-        target[1] += test["max_score"]
+        target = mc if test.part == "multiple_choice" else scores.setdefault(
+            test.item, [0.0, 0.0])
+        target[0] += test.score
+        target[1] += test.max_score
     line.functions = {name: (a, b) for name, (a, b) in scores.items()}
     line.questions = (mc[0], mc[1])
     return line
@@ -287,12 +288,12 @@ def item_stats(rows: list[GradedSubmission], assignment: Assignment) -> list[Ite
     for row in sorted(rows, key=lambda r: r.submission.key):
         if not _is_graded(row):
             continue
-        for test in row.report["tests"]:
-            stat = stats.setdefault((test["part"], test["name"]),
-                                    ItemStat(test["name"], test["part"], test["item"]))
-            if test["status"] in ("passed", "failed"):
+        for test in row.report.tests:
+            stat = stats.setdefault((test.part, test.name),
+                                    ItemStat(test.name, test.part, test.item))
+            if test.status in ("passed", "failed"):
                 stat.counted += 1
-                stat.passed += test["status"] == "passed"
+                stat.passed += test.status == "passed"
     functions = {name: i for i, name in enumerate(assignment.config.functions)}
     order = {key: i for i, key in enumerate(stats)}
     coding = sorted((s for s in stats.values() if s.part == "coding"),
@@ -314,11 +315,11 @@ def function_stats(rows: list[GradedSubmission], stats: list[ItemStat],
             continue
         outcomes: dict[str, list[bool]] = {}
         maxima: dict[str, float] = {}
-        for test in row.report["tests"]:
-            if test["part"] == "coding" and test["status"] in ("passed", "failed"):
-                outcomes.setdefault(test["item"], []).append(test["status"] == "passed")
-            if test["part"] == "coding" and test["status"] != "excluded":
-                maxima[test["item"]] = maxima.get(test["item"], 0.0) + test["max_score"]
+        for test in row.report.tests:
+            if test.part == "coding" and test.status in ("passed", "failed"):
+                outcomes.setdefault(test.item, []).append(test.status == "passed")
+            if test.part == "coding" and test.status != "excluded":
+                maxima[test.item] = maxima.get(test.item, 0.0) + test.max_score
         for name, passed in outcomes.items():
             found[name].graded += 1
             found[name].full += all(passed)
@@ -346,12 +347,12 @@ def common_failures(lines: list[Line], limit: int = COMMON_FAILURES) -> list[Fai
         status = line.status
         whole = status.status in SUBMISSION_LEVEL or (
             status.status == "flagged" and _module_problem(line.row.report))
-        for test in line.row.report["tests"]:
-            if test["status"] != "failed" or not test["message"].strip():
+        for test in line.row.report.tests:
+            if test.status != "failed" or not test.message.strip():
                 continue
-            if whole and test["part"] == "coding":
+            if whole and test.part == "coding":
                 continue
-            add(line, normalise(test["message"]), test["name"])
+            add(line, normalise(test.message), test.name)
         if whole:
             add(line, normalise(_whole_message(line)), "every coding test")
     ranked = sorted(messages.values(),
@@ -359,9 +360,8 @@ def common_failures(lines: list[Line], limit: int = COMMON_FAILURES) -> list[Fai
     return ranked[:limit]
 
 
-def _module_problem(report: dict) -> bool:
-    return any(t["part"] == "coding" and t.get("cause") == "import_failed"
-               for t in report["tests"])
+def _module_problem(report: Report) -> bool:
+    return any(t.part == "coding" and t.cause == "import_failed" for t in report.tests)
 
 
 def _whole_message(line: Line) -> str:
@@ -370,8 +370,8 @@ def _whole_message(line: Line) -> str:
         return "blank: the template unchanged (NotImplementedError or missing functions)"
     if status.status == "no_module":
         return f"no module: {status.detail}"
-    first = next((t["message"] for t in line.row.report["tests"] if t["part"] == "coding"
-                  and t.get("cause") == "import_failed"), "")
+    first = next((t.message for t in line.row.report.tests if t.part == "coding"
+                  and t.cause == "import_failed"), "")
     return first or f"not importable: {status.detail}"
 
 

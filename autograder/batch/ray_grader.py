@@ -21,7 +21,6 @@ import socket
 import tempfile
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,8 +88,8 @@ class RayGrader:
         return self.problem or f"ready on {socket.gethostname()}:{os.getpid()}"
 
     def grade(self, request: dict) -> dict:
-        """Grade one packed submission: {"key", "dates", "submission"} in, {"outcome": the
-        GradeOutcome as a dict, "files": {name: bytes}} out. Never raises."""
+        """Grade one packed submission: {"key", "dates", "submission"} in, {"outcome":
+        GradeOutcome.to_json(), "files": {name: bytes}} out. Never raises."""
         started = time.monotonic()
         key = str(request.get("key"))
         worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -145,4 +144,4 @@ def _answer(outcome: GradeOutcome, files: dict[str, bytes]) -> dict:
         outcome.worker = f"{outcome.worker} ray-node={context.get_node_id()[:12]} gpu={gpus}"
     except Exception:  # noqa: BLE001, S110 - outside Ray (tests): the host and pid say enough
         pass
-    return {"outcome": asdict(outcome), "files": files}
+    return {"outcome": outcome.to_json(), "files": files}

@@ -488,11 +488,11 @@ def _received(job: _Job, answer: Any) -> GradeOutcome:
     from autograder.batch.bundles import PackError, write_outputs
 
     try:
-        outcome = GradeOutcome(**answer["outcome"])
+        outcome = GradeOutcome.from_json(answer["outcome"])
         if outcome.key != job.task.key:
             return _failed(job, "the Ray worker answered for another submission")
         write_outputs(answer["files"], Path(job.task.out))
-    except (PackError, TypeError, KeyError) as exc:
+    except (PackError, TypeError, KeyError, ValueError, AttributeError) as exc:
         return _failed(job, f"the Ray worker sent an unusable answer: {exc}")
     except OSError as exc:
         return _failed(job, f"its reports could not be written here: {exc}")

@@ -1,8 +1,8 @@
 """Records of a class batch, shared by discovery, late policy, backends, gradebook and overview.
 
 Data flows one way: ClassSubmission (found on disk) -> GradeTask (sent to a worker) ->
-GradeOutcome (plain JSON back from the worker) -> gradebook row -> GradedSubmission (read back
-for grades.csv and the class overview).
+GradeOutcome (the worker's `Report`, sent back as plain JSON: to_json / from_json) -> gradebook
+row -> GradedSubmission (read back, its `Report` typed again, for grades.csv and the overview).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from autograder.batch.submission_status import SubmissionStatus, derive
 from autograder.grading.late import LateStatus, SubmissionDates
-from autograder.grading.submission_status import SubmissionStatus, derive
+from autograder.grading.results import Report
 
 
 def report_folder(sid: str) -> str:
@@ -72,13 +73,27 @@ class GradeTask:
 
 @dataclass
 class GradeOutcome:
-    """A worker's answer: the report as JSON, or why grading itself failed (never a pickle)."""
+    """A worker's answer: the report, or why grading itself failed. It crosses from the worker
+    as `to_json()` (plain JSON, never a pickle) and is read back with `from_json`."""
 
     key: str
-    report: dict | None  # report.json's content
+    report: Report | None
     error: str | None  # the grader's own failure (the student's faults are in the report)
     seconds: float
     worker: str = ""  # host/process that graded it, for the TA's log
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "report": self.report.to_json() if self.report else None,
+                "error": self.error, "seconds": self.seconds, "worker": self.worker}
+
+    @classmethod
+    def from_json(cls, data: dict) -> GradeOutcome:
+        """The outcome `to_json` wrote; raises (TypeError, KeyError, ValueError,
+        AttributeError) on anything else."""
+        report = data["report"]
+        return cls(str(data["key"]), Report.from_json(report) if report is not None else None,
+                   None if data["error"] is None else str(data["error"]),
+                   float(data["seconds"]), str(data.get("worker", "")))
 
 
 ADJUSTMENTS = ("override", "extension")
@@ -113,13 +128,32 @@ class Adjustment:
         return f"{what}: {self.reason} (by {self.by}, {self.at})"
 
 
+@dataclass(frozen=True)
+class StoredRun:
+    """One grading run of a submission as the gradebook holds it, without its report."""
+
+    id: int
+    graded_at: str  # ISO 8601, UTC
+    score: float | None  # after the late penalty; None when the grader failed
+    raw_score: float | None
+    max_score: float | None
+    error: str | None
+    content_hash: str
+    grader_version: str
+    assignment_version: str
+    late: str | None  # the LateStatus as the gradebook stores it (JSON), to compare runs
+    results_shown_at: str | None  # from the report's release
+    status: SubmissionStatus
+    tests: dict[str, tuple[str, float]]  # name -> (status, score), from the run's outcomes
+
+
 @dataclass
 class GradedSubmission:
     """The latest grading run of one submission, as the gradebook holds it."""
 
     submission: ClassSubmission
     run_id: int
-    report: dict | None
+    report: Report | None
     score: float  # after the late penalty
     raw_score: float
     max_score: float

@@ -1,8 +1,9 @@
 """Grade the tasks of a batch in a worker process (local pool or Ray): `Worker().grade(task)`.
 
 A worker is trusted grader code, like `autograder grade`: student code runs only in the sandbox
-processes that grading starts. What goes back is plain JSON (`GradeOutcome`), so whatever
-carries it (a pipe, Ray's object store) never carries an object made by student code.
+processes that grading starts. What goes back is a `GradeOutcome`, sent as plain JSON
+(`GradeOutcome.to_json`), so whatever carries it (a pipe, Ray's object store) never carries an
+object made by student code.
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ class Worker:
             assignment = _assignment(task.assignment, task.config_path)
             report = grade_loaded(Path(task.submission), assignment, Path(task.out),
                                   dates=task.dates, runners=self.runners)
-            return GradeOutcome(task.key, report.to_json(), None, time.monotonic() - started,
-                                worker)
+            return GradeOutcome(task.key, report, None, time.monotonic() - started, worker)
         except Exception as exc:  # noqa: BLE001 - the batch goes on; the TA sees why
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return GradeOutcome(task.key, None, f"the grader failed: {detail}",

@@ -335,12 +335,15 @@ def _print_status(results_dir: Path, staff_dir: Path, error: str | None) -> None
     """The submission's status for staff (ok, flagged and why, grader_error...), as a batch
     records it (from the full report): on run_autograder's stdout, which Gradescope shows
     instructors only."""
-    from autograder.grading.submission_status import derive, take_kept_events
+    from autograder.batch.submission_status import derive
+    from autograder.grading.results import Report
+    from autograder.grading.ta_events import take_kept_events
 
     try:
         try:
-            report = json.loads((staff_dir / "report.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            report = Report.from_json(
+                json.loads((staff_dir / "report.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, KeyError):
             report = None
         status = derive(report if error is None else None,
                         None if error is None else error_summary(error),

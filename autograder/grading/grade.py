@@ -28,9 +28,9 @@ from autograder.grading.results import (
     build_report,
     coding_results,
 )
-from autograder.grading.submission import SubmissionFiles, locate
-from autograder.grading.submission_status import keep_sandbox_events
+from autograder.grading.submission import GradedFile, SubmissionFiles, locate
 from autograder.grading.supervisor import SuiteRun, run_hidden_tests
+from autograder.grading.ta_events import keep_sandbox_events
 from autograder.grading.visibility import release_for
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import MAX_MESSAGE, clip, label
@@ -88,7 +88,7 @@ def grade_measured(submission: Path, assignment: Assignment, out: Path,
         graded, suite = _grade(submission, assignment, workdir, started, runners)
         report = apply_late(graded, late_entry(assignment.config, dates))
     finally:
-        keep_sandbox_events(workdir, out)  # for the TA only (see submission_status)
+        keep_sandbox_events(workdir, out)  # for the TA only (see ta_events)
         # AUTOGRADER_KEEP_WORKDIR=1 keeps runner.log (pytest's own output) for instructors.
         if os.environ.get("AUTOGRADER_KEEP_WORKDIR"):
             print(f"autograder: kept {workdir}", file=sys.stderr)
@@ -200,7 +200,7 @@ def _choose(files: SubmissionFiles, folder: Path, module: str,
     chosen, why = student_check.choose_graded(
         module, files.module.name if files.module else None, state, notebook.name,
         extracted.state if extracted else student_check.BROKEN, problem)
-    graded = {"file": chosen or notebook.name, "why": why or ""}
+    graded = GradedFile(chosen or notebook.name, why or "")
     if chosen != notebook.name:
         return graded
     files.warnings += files.notebook_warnings

@@ -20,6 +20,10 @@ tests only after its late due date).
 
 Times are compared as timezone-aware datetimes only: a due date or a submission time without
 a time zone is refused rather than guessed.
+
+This is grading's, not the batch's (whose TA concepts, the submission status among them, live in
+autograder.batch): every grading applies the late entry to its own report and decides from it
+what its students are shown (visibility), on Gradescope as well, where no batch runs.
 """
 
 from __future__ import annotations

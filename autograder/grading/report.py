@@ -107,19 +107,19 @@ def gradescope_results(report: Report, students: bool = True) -> dict:
         tests.append(entry)
     summary = []
     if report.graded_file:
-        summary.append(f"Graded file: {report.graded_file['file']}. "
-                       f"{report.graded_file['why']}".rstrip(". ") + ".")
+        summary.append(f"Graded file: {report.graded_file.file}. "
+                       f"{report.graded_file.why}".rstrip(". ") + ".")
     summary += [_part_line(report, p.name) for p in report.parts]
     counted = counted_note(report)
     if counted:
         summary.append(counted)
     if report.late:
-        penalty = round(report.late["raw_score"] - report.score, 2)
-        summary.append(f"Late: {report.late['message']} Total {points(report.late['raw_score'])}"
+        penalty = round(report.late.raw_score - report.score, 2)
+        summary.append(f"Late: {report.late.message} Total {points(report.late.raw_score)}"
                        f" -> {points(report.score)}.")
         if penalty:  # an entry of its own, so that the tests still add up to the score
             tests.append({"name": "Late penalty", "number": "3.1", "score": -penalty,
-                          "max_score": 0.0, "output": report.late["message"],
+                          "max_score": 0.0, "output": report.late.message,
                           "visibility": "visible", "tags": ["late"]})
     return {
         "score": report.score, "execution_time": report.execution_time,

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from autograder.grading.late import LateStatus
+from autograder.grading.submission import GradedFile
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 from autograder.protocol.statuses import ReportStatus, TestCause, TestOutcome
@@ -62,6 +63,28 @@ class FunctionScore:
     tests: int  # tests counted here (GPU tests left out are not)
 
 
+@dataclass(frozen=True)
+class LateEntry:
+    """The late penalty taken off a report's total (apply_late)."""
+
+    minutes_late: float
+    days_late: int
+    penalty: float  # the fraction of the total taken away, 0..1
+    message: str  # one sentence for the student
+    raw_score: float  # the total before the penalty
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """What students were shown of a report (autograder.grading.visibility.Release.record)."""
+
+    graded_at: str  # ISO 8601
+    results_shown_at: str | None  # when `after_due_date` results are shown; None: no due date
+    withheld: int  # results not shown by this grading
+    withheld_after_due_date: int  # of those, the ones shown after the due date
+    withheld_points: float
+
+
 @dataclass
 class Report:
     assignment: str
@@ -74,15 +97,14 @@ class Report:
     warnings: list[str]
     environment: dict
     execution_time: float = 0.0
-    late: dict | None = None  # the late penalty applied to `score` (see apply_late)
+    late: LateEntry | None = None  # the late penalty applied to `score` (see apply_late)
     functions: list[FunctionScore] = field(default_factory=list)  # coding subtotals
-    # Which file was graded, when the grader had to choose (a notebook, or the module next to
-    # one): {"file": "hw1.ipynb", "why": "..."}; None when there was no choice to make.
-    graded_file: dict | None = None
+    # Which file was graded, when the grader had to choose; None when there was no choice.
+    graded_file: GradedFile | None = None
     due: str | None = None  # the assignment's due date (grading.yml)
     # What students were shown of this report (autograder.grading.visibility.Release): when it
     # was graded, when its `after_due_date` results are shown, how many results were withheld.
-    release: dict | None = None
+    release: ReleaseRecord | None = None
 
     def to_json(self) -> dict:
         """This report as JSON values (what report.json holds, and what a batch worker sends
@@ -92,9 +114,13 @@ class Report:
     @classmethod
     def from_json(cls, data: dict) -> Report:
         """The report `to_json` wrote (a report.json of this version)."""
-        nested = {"parts": PartScore, "tests": TestResult, "functions": FunctionScore}
-        return cls(**{**data, **{key: [kind(**item) for item in data.get(key, [])]
-                                 for key, kind in nested.items()}})
+        lists = {"parts": PartScore, "tests": TestResult, "functions": FunctionScore}
+        records = {"late": LateEntry, "graded_file": GradedFile, "release": ReleaseRecord}
+        return cls(**{**data,
+                      **{key: [kind(**item) for item in data.get(key, [])]
+                         for key, kind in lists.items()},
+                      **{key: kind(**data[key]) for key, kind in records.items()
+                         if data.get(key) is not None}})
 
 
 @dataclass
@@ -255,7 +281,7 @@ def rounded_points(tests: list[TestResult]) -> tuple[list[TestResult], dict[str,
 
 def build_report(assignment: AssignmentConfig, submission: str, tests: list[TestResult],
                  warnings: list[str], environment: dict, execution_time: float,
-                 graded_file: dict | None = None) -> Report:
+                 graded_file: GradedFile | None = None) -> Report:
     # The boundary where submission-derived text enters the record: made inert and bounded here,
     # so every writer (files, terminal, gradebook) gets the same safe text.
     tests = [_inert_test(t) for t in tests]
@@ -264,8 +290,8 @@ def build_report(assignment: AssignmentConfig, submission: str, tests: list[Test
     parts = [PartScore(part, part_cents[part] / 100, getattr(assignment, part).points)
              for part in PARTS]
     if graded_file is not None:
-        graded_file = {"file": _inert.label(graded_file["file"], 200),
-                       "why": _inert.clip(_inert.inert(graded_file["why"]), MAX_MESSAGE)}
+        graded_file = GradedFile(_inert.label(graded_file.file, 200),
+                                 _inert.clip(_inert.inert(graded_file.why), MAX_MESSAGE))
     return Report(
         assignment=assignment.name, title=assignment.title,
         submission=_inert.label(submission, 200),
@@ -289,8 +315,8 @@ def apply_late(report: Report, late: LateStatus | None) -> Report:
         return report
     raw = report.score
     report.score = late_total(raw, late.penalty)
-    report.late = {"minutes_late": round(late.minutes_late, 1), "days_late": late.days_late,
-                   "penalty": late.penalty, "message": late.message, "raw_score": raw}
+    report.late = LateEntry(round(late.minutes_late, 1), late.days_late, late.penalty,
+                            late.message, raw)
     return report
 
 

@@ -14,6 +14,15 @@ ANSWERS_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 _RENAMED = r"(?:copy of )?{stem}(?:[ _-]?\(\d+\)|[ _-]\d+|[ _-]copy)?"
 
 
+@dataclass(frozen=True)
+class GradedFile:
+    """Which file was graded, when the grader had to choose (a notebook, or the module next to
+    one), and why, in words for the student."""
+
+    file: str
+    why: str
+
+
 @dataclass
 class SubmissionFiles:
     """What was found. `module` is None when the student's code is missing or unusable."""
@@ -27,9 +36,9 @@ class SubmissionFiles:
     # grader grades it when MODULE.py is missing or still the template's stub.
     notebook: Path | None = None
     notebook_warnings: list[str] = field(default_factory=list)  # its rename, if it is graded
-    # Which file the grader grades and why, when it had to choose (autograder.grading.grade decides,
-    # as check.py does): {"file": ..., "why": ...}; None when there was no choice.
-    graded_file: dict | None = None
+    # Which file the grader grades and why, when it had to choose (autograder.grading.grade
+    # decides, as check.py does); None when there was no choice.
+    graded_file: GradedFile | None = None
 
 
 def locate(submission: Path, module_name: str) -> SubmissionFiles:

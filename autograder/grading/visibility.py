@@ -36,6 +36,7 @@ from autograder.grading.late import SubmissionDates, results_shown_at
 from autograder.grading.results import (
     PARTS,
     PartScore,
+    ReleaseRecord,
     Report,
     TestResult,
     late_total,
@@ -75,17 +76,16 @@ class Release:
             return "Shown when the grades are published: until then it counts in no total."
         return "Not shown to students."
 
-    def record(self, tests: list[TestResult]) -> dict:
+    def record(self, tests: list[TestResult]) -> ReleaseRecord:
         """`Report.release`: this release and what it withheld of `tests`."""
         withheld = [t for t in tests if t.status != "excluded" and not self.shown(t.visibility)]
-        return {
-            "graded_at": self.graded_at.isoformat(timespec="seconds"),
-            "results_shown_at": self.results_shown_at.isoformat(timespec="seconds")
+        return ReleaseRecord(
+            graded_at=self.graded_at.isoformat(timespec="seconds"),
+            results_shown_at=self.results_shown_at.isoformat(timespec="seconds")
             if self.results_shown_at is not None else None,
-            "withheld": len(withheld),
-            "withheld_after_due_date": sum(t.visibility == "after_due_date" for t in withheld),
-            "withheld_points": _cents(sum(t.max_score for t in withheld)) / 100,
-        }
+            withheld=len(withheld),
+            withheld_after_due_date=sum(t.visibility == "after_due_date" for t in withheld),
+            withheld_points=_cents(sum(t.max_score for t in withheld)) / 100)
 
 
 def moment(when: datetime) -> str:
@@ -105,8 +105,8 @@ def release_of(report: Report) -> Release:
     """The release a report was graded under; for a report that does not record one (made by
     hand, or before releases were recorded), as of now against its due date."""
     if report.release:
-        shown = report.release.get("results_shown_at")
-        return Release(parse_timestamp(report.release["graded_at"]),
+        shown = report.release.results_shown_at
+        return Release(parse_timestamp(report.release.graded_at),
                        parse_timestamp(shown) if shown else None)
     return Release(datetime.now(timezone.utc), parse_timestamp(report.due) if report.due else None)
 
@@ -126,8 +126,8 @@ def student_view(report: Report) -> Report:
     raw = sum(cents.values()) / 100
     late = score = None
     if report.late:
-        late = {**report.late, "raw_score": raw}
-        score = late_total(raw, report.late["penalty"])
+        late = replace(report.late, raw_score=raw)
+        score = late_total(raw, report.late.penalty)
     return replace(report, tests=tests, parts=parts, functions=functions,
                    score=raw if score is None else score, late=late,
                    release=release.record(report.tests))
@@ -144,22 +144,21 @@ def _as_shown(t: TestResult, release: Release) -> TestResult:
                    feedback_visibility=None)
 
 
-def release_due(report: dict | None, now: datetime | None = None) -> bool:
-    """True when a report (report.json's content, as the gradebook keeps it) withheld
-    `after_due_date` results from students that a grading `now` would show: grading it again
-    gives them the full score."""
-    release = (report or {}).get("release") or {}
-    shown = release.get("results_shown_at")
-    if not release.get("withheld_after_due_date") or not shown:
+def release_due(report: Report | None, now: datetime | None = None) -> bool:
+    """True when a report (as the gradebook keeps it) withheld `after_due_date` results from
+    students that a grading `now` would show: grading it again gives them the full score."""
+    release = report.release if report is not None else None
+    if release is None or not release.withheld_after_due_date or not release.results_shown_at:
         return False
-    return (now or datetime.now(timezone.utc)) >= parse_timestamp(shown)
+    return (now or datetime.now(timezone.utc)) >= parse_timestamp(release.results_shown_at)
 
 
-def graded_for(report: dict | None, shown_at: datetime | None) -> bool:
-    """True when a report (report.json's content, as the gradebook keeps it) was graded for
-    results shown at `shown_at`: a TA's extension moves that date, and a report graded for
-    another one shows its students results on the wrong day."""
-    recorded = ((report or {}).get("release") or {}).get("results_shown_at")
+def graded_for(report: Report | None, shown_at: datetime | None) -> bool:
+    """True when a report (as the gradebook keeps it) was graded for results shown at
+    `shown_at`: a TA's extension moves that date, and a report graded for another one shows its
+    students results on the wrong day."""
+    release = report.release if report is not None else None
+    recorded = release.results_shown_at if release is not None else None
     return (parse_timestamp(recorded) if recorded else None) == shown_at
 
 

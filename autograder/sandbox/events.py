@@ -7,7 +7,7 @@ channel: one end of a SOCK_SEQPACKET socket pair made here for that worker, pass
 request that forks it (the zygote closes its copy), one message per event. The other end never
 leaves the trusted process, where a thread (`EventRecorder.watch`) reads each message as it
 arrives and appends what it keeps to the grading's records file (`*EVENTS_SUFFIX`, next to the
-zygote's log, written by this process only), which autograder.grading.submission_status reads.
+zygote's log, written by this process only), which autograder.grading.ta_events reads.
 
 So what a worker sent is out of its reach at once: a socket cannot be truncated, rewound or
 reopened for reading through /proc/self/fd (a pipe's write end can: it would drain the events),

@@ -202,7 +202,7 @@ def test_reference_with_the_key_scores_full_marks(graded: Graded) -> None:
     results = json.loads((graded.out / "reference" / "results.json").read_text())
     validate(results, "gradescope_results.schema.json", "results.json", REPO.schemas)
     # What the student sees: the multiple choice is counted once shown, after its due date.
-    withheld = report.release["withheld_points"]
+    withheld = report.release.withheld_points
     assert withheld in (0, 30) and results["score"] == 100 - withheld
 
 

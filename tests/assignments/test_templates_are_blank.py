@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from repo_project import REPO
 
+from autograder.batch.submission_status import derive
 from autograder.grading.grade import grade_loaded
-from autograder.grading.submission_status import derive
+from autograder.grading.results import Report
 from autograder.project.assignment import load_assignment
 from autograder.project.config import load_config
 
@@ -44,5 +45,5 @@ def test_the_unchanged_template_is_blank(graded: dict[str, dict], name: str) -> 
     assert ran and set(causes.values()) == {"not_implemented"}, causes
     for t in ran:  # and each says something, even where the stub's message is empty
         assert t["message"].strip() and not t["message"].rstrip().endswith(":"), t
-    status = derive(report)
+    status = derive(Report.from_json(report))
     assert (status.status, status.flags) == ("blank", []), status

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autograder.grading.results import TestResult
+
 _SNOOP = '''
 import gc, glob, os, sys
 
@@ -33,7 +35,7 @@ def snooping_source(hidden: Path, *hidden_globs: str) -> str:
             .replace("HIDDEN", repr(str(hidden))))
 
 
-def seen_in(tests: list[dict]) -> dict:
-    """What the snooping `add` reported, from a report's tests ({"name", "output"} each)."""
-    output = next(t["output"] for t in tests if t["name"] == "add: adds two integers")
+def seen_in(tests: list[TestResult]) -> dict:
+    """What the snooping `add` reported, from a report's tests."""
+    output = next(t.output for t in tests if t.name == "add: adds two integers")
     return eval(output.split("SEEN ", 1)[1].strip())  # our own repr of plain values

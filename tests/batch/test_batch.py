@@ -19,6 +19,7 @@ from sandbox_view import seen_in, snooping_source
 
 from autograder.batch.driver import BatchError, batch
 from autograder.batch.gradebook import Gradebook
+from autograder.grading.results import Report
 from autograder.project.paths import Project
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
@@ -78,7 +79,7 @@ def graded_class(tmp_path_factory) -> tuple[Path, Path]:
 def latest_scores(out: Path) -> dict[str, tuple]:
     with Gradebook(out / "gradebook.sqlite") as book:
         return {g.submission.key: (g.score, g.max_score, g.error,
-                                   tuple((t["name"], t["status"]) for t in g.report["tests"]))
+                                   tuple((t.name, t.status) for t in g.report.tests))
                 for g in book.latest()}
 
 
@@ -212,7 +213,7 @@ def test_a_rerun_skips_unchanged_submissions_and_adds_history_for_regrades(grade
     assert latest_scores(out)["bob"][0] == 10
     with Gradebook(out / "gradebook.sqlite") as book:
         history = book.history("bob")
-    assert [h["score"] for h in history] == [latest_scores(first_out)["bob"][0], 10]
+    assert [h.score for h in history] == [latest_scores(first_out)["bob"][0], 10]
 
     # --only regrades one student even when nothing changed; --force regrades everyone.
     batch(changed, "toy", out, only=["alice"], project=PROJECT, progress=False)
@@ -361,7 +362,7 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     warm = json.loads((tmp_path / "out" / "reports" / "eve" / "report.json").read_text())
     cold = grade(submissions / "eve", "toy", tmp_path / "cold", PROJECT)
 
-    observed = seen_in(warm["tests"])
+    observed = seen_in(Report.from_json(warm).tests)
     assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in \
         observed["environ"]
     assert observed["test_modules"] == []
@@ -370,7 +371,7 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
     assert warm["environment"]["protections"] == cold.environment["protections"]
     assert warm["score"] == cold.score
-    cold_seen = seen_in([{"name": t.name, "output": t.output} for t in cold.tests])
+    cold_seen = seen_in(cold.tests)
     assert set(observed["environ"].split("\0")) <= set(cold_seen["environ"].split("\0")) | {
         "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "PYTHONHASHSEED=0", ""} | {
         e for e in observed["environ"].split("\0") if e.split("=")[0] in (

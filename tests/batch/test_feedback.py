@@ -20,7 +20,7 @@ from autograder.batch.feedback import GRADE_FILE, RELEASE_MARK, release_feedback
 from autograder.batch.gradebook import Gradebook
 from autograder.batch.similarity import load_similarity
 from autograder.grading.report import REPORT_FILES
-from autograder.grading.submission_status import TA_EVENTS_FILE
+from autograder.grading.ta_events import TA_EVENTS_FILE
 
 AUTOGRADER = Path(sys.executable).parent / "autograder"
 RELEASED = sorted([*REPORT_FILES, GRADE_FILE])

@@ -30,7 +30,7 @@ from autograder.batch.records import (
     GradeOutcome,
     Submitter,
 )
-from autograder.grading.submission_status import SubmissionStatus
+from autograder.batch.submission_status import SubmissionStatus
 
 
 @pytest.fixture(scope="module")

@@ -67,14 +67,14 @@ def test_a_submission_whose_worker_died_is_graded_again_on_a_new_worker(tmp_path
     outcomes, killer = graded([task(tmp_path, "alice"), task(tmp_path, "bob")], kills=1)
     assert len(killer.killed) == 1
     for key in ("alice", "bob"):
-        assert outcomes[key].error is None and outcomes[key].report["score"] > 0, outcomes[key]
+        assert outcomes[key].error is None and outcomes[key].report.score > 0, outcomes[key]
 
 
 def test_a_submission_that_loses_two_workers_is_a_grader_error(tmp_path):
     outcomes, _ = graded([task(tmp_path, "alice"), task(tmp_path, "bob")], kills=2)
     error = outcomes["alice"].error
     assert "the grading worker died (signal SIGKILL)" in error and "twice" in error, error
-    assert outcomes["bob"].error is None and outcomes["bob"].report["score"] > 0
+    assert outcomes["bob"].error is None and outcomes["bob"].report.score > 0
 
 
 def test_workers_that_keep_dying_fail_the_rest_at_once(tmp_path):

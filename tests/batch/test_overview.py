@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from repo_project import REPO
+from report_records import a_report, a_test
 from toy_class import CONFIG, FORMULA_NAME, HOSTILE_ERROR, HOSTILE_NAME, toy_class
 
 from autograder.batch.overview import duration, normalise, report_link, shade, write_overview
@@ -36,7 +37,7 @@ from autograder.batch.records import (
     Submitter,
     report_folder,
 )
-from autograder.grading.submission_status import SubmissionStatus
+from autograder.batch.submission_status import SubmissionStatus
 from autograder.project.assignment import load_assignment
 from autograder.project.paths import Project
 
@@ -355,20 +356,17 @@ def _synthetic_class(assignment, count: int, tests_per_function: int) -> list[Gr
     rng = random.Random(3)
     rows = []
     for i in range(count):
-        tests = [{"name": q.title, "part": "multiple_choice", "item": q.id,
-                  "status": "passed" if rng.random() < 0.7 else "failed", "score": 0.0,
-                  "max_score": 1.0, "message": "wrong"} for q in assignment.bank.questions]
+        tests = [a_test(q.id, "passed" if rng.random() < 0.7 else "failed", message="wrong",
+                        part="multiple_choice", name=q.title, score=0.0)
+                 for q in assignment.bank.questions]
         for function in assignment.config.functions:
             for t in range(tests_per_function):
                 passed = rng.random() < 0.6
-                tests.append({"name": f"{function}: check number {t} of a long series",
-                              "part": "coding", "item": function,
-                              "status": "passed" if passed else "failed",
-                              "score": 1.0 if passed else 0.0, "max_score": 1.0,
-                              "message": "" if passed else f"expected {t}, got {i}"})
-        score = sum(t["score"] for t in tests)
-        report = {"tests": tests, "warnings": [], "score": score, "max_score": len(tests),
-                  "parts": []}
+                tests.append(a_test(function, "passed" if passed else "failed",
+                                    message="" if passed else f"expected {t}, got {i}",
+                                    name=f"{function}: check number {t} of a long series"))
+        score = sum(t.score for t in tests)
+        report = a_report(*tests, score=score, max_score=len(tests))
         sub = ClassSubmission(f"submission_{i}", Path("x"), [Submitter(f"Student {i}", f"{i}")])
         rows.append(GradedSubmission(sub, i, report, score, score, len(tests), None, None,
                                      "2025-01-01T00:00:00+00:00", 1.0))
@@ -403,7 +401,7 @@ def test_a_large_class_fits_1280_pixels_without_scrolling_sideways(tmp_path, bro
         row.submission.submitters.append(Submitter(
             f"Maximiliana Konstantinopoulou-Schwarzenegger {i}", f"0307861{i}"))
         row.late = LateStatus(3 * 24 * 60 + 7, 3, 0.3, "late")
-        row.report["tests"][-1]["message"] = "x" * 400 + " " + "y" * 200
+        row.report.tests[-1].message = "x" * 400 + " " + "y" * 200
     for row in rows[6:9]:  # who needs a look, with long reasons
         why = "tried to write outside its sandbox: opened /" + "very/deep/" * 30 + "file"
         row.status = SubmissionStatus("flagged", why, [why])

@@ -152,7 +152,7 @@ def test_an_export_grades_on_the_worker_node_with_the_scores_of_grade(cluster_ru
         assert {t["name"]: (t["status"], t["score"]) for t in ray["tests"]} == \
             {t.name: (t.status, t.score) for t in local.tests}, student
         assert ray["warnings"] == local.warnings, student
-        assert ray.get("graded_file") == local.graded_file, student
+        assert ray.get("graded_file") == local.to_json()["graded_file"], student
     nina = json.loads((out / "reports" / "nina" / "report.json").read_text())
     assert any("my work" in w for w in nina["warnings"])  # the nested folder, found there
     assert json.loads((out / "reports" / "alice" / "report.json").read_text())["score"] == 10

@@ -21,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -125,7 +124,7 @@ def test_a_local_instance_listens_on_loopback_only_wants_a_fresh_token_and_is_sh
             assert len(private) == 1, private  # Ray's processes name one private folder
             _wants_a_fresh_token(Path(next(iter(private))), pids)
         assert outcome.error is None, outcome.error
-        assert outcome.report["score"] == 10
+        assert outcome.report.score == 10
     assert not ray.is_initialized()
     # Its session lived in a private folder (0700), now removed; nothing new in /tmp/ray.
     assert not any(Path(folder).exists() for folder in private)
@@ -247,23 +246,23 @@ def test_scores_equal_those_of_grade(cluster, tmp_path):
         assert outcome.error is None, outcome.error
         assert outcome.worker.endswith(("gpu=0", "gpu=1")), outcome.worker
         assert outcome.seconds > 0
-        json.dumps(asdict(outcome))  # plain JSON
-        local = asdict(grade_loaded(subs[key], toy, tmp_path / "local" / key,
-                                    dates=late if key == "good" else None))
+        assert GradeOutcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
+        local = grade_loaded(subs[key], toy, tmp_path / "local" / key,
+                             dates=late if key == "good" else None)
         report = outcome.report
-        assert (report["score"], report["max_score"]) == (local["score"], local["max_score"])
-        assert [p["score"] for p in report["parts"]] == [p["score"] for p in local["parts"]]
-        assert {t["name"]: (t["status"], t["score"]) for t in report["tests"]} == \
-            {t["name"]: (t["status"], t["score"]) for t in local["tests"]}
-        assert report["warnings"] == local["warnings"]
+        assert (report.score, report.max_score) == (local.score, local.max_score)
+        assert [p.score for p in report.parts] == [p.score for p in local.parts]
+        assert {t.name: (t.status, t.score) for t in report.tests} == \
+            {t.name: (t.status, t.score) for t in local.tests}
+        assert report.warnings == local.warnings
         # The reports came back as content and were written here, by the driver.
         written = json.loads((tmp_path / "ray" / key / "report.json").read_text())
-        assert written["score"] == report["score"]
+        assert written["score"] == report.score
         assert sorted(p.name for p in (tmp_path / "ray" / key).iterdir()) == \
             ["report.html", "report.json", "report.md", "results.json"]
-    assert outcomes["good"].report["score"] == 9.0  # 10, less the late penalty
-    assert outcomes["wrong_answers"].report["parts"][0]["score"] < 2
-    assert outcomes["syntax_error"].report["parts"][1]["score"] == 0
+    assert outcomes["good"].report.score == 9.0  # 10, less the late penalty
+    assert outcomes["wrong_answers"].report.parts[0].score < 2
+    assert outcomes["syntax_error"].report.parts[1].score == 0
 
 
 def test_actors_stay_warm_and_runners_are_fresh(cluster, tmp_path):
@@ -319,8 +318,8 @@ def test_a_dead_actor_is_replaced_and_its_submission_retried_once(cluster, tmp_p
         always.error
     assert (attempts / "always").read_text() == "xx"  # retried once, on a new actor
     assert (attempts / "once").read_text() == "xx"
-    assert outcomes["once"].error is None and outcomes["once"].report["score"] == 10
-    assert outcomes["fine"].error is None and outcomes["fine"].report["score"] == 10
+    assert outcomes["once"].error is None and outcomes["once"].report.score == 10
+    assert outcomes["fine"].error is None and outcomes["fine"].report.score == 10
     assert (tmp_path / "ray" / "once" / "report.json").is_file()
     # A killed actor cleans nothing up; the next actor on the node removes what it left.
     left = [d for d in Path(tempfile.gettempdir()).glob("autograder-ray-*")
@@ -425,7 +424,7 @@ def test_an_actor_not_set_up_in_time_is_replaced_and_its_submission_retried(clus
                                          ray.put(pack_assignment("toy", PROJECT)), 1, limits))
     assert 30 <= time.monotonic() - started < 150
     for key in ("a", "b"):  # the other actor was set up: the stuck one's submission was retried
-        assert outcomes[key].error is None and outcomes[key].report["score"] == 10
+        assert outcomes[key].error is None and outcomes[key].report.score == 10
     assert gone((marks / "slow" / "pid").read_text())  # killed
 
 
@@ -455,7 +454,7 @@ def test_a_grading_past_its_deadline_is_stopped_and_the_batch_goes_on(cluster, t
                            "worker was stopped")
     assert (marks / "started").exists()
     for key in ("fine", "after"):  # the batch went on
-        assert outcomes[key].error is None and outcomes[key].report["score"] == 10
+        assert outcomes[key].error is None and outcomes[key].report.score == 10
     assert gone((marks / "started").read_text())  # killed
     whole_node = ray.remote(lambda: "free").options(num_cpus=2)  # its CPU is free again
     assert ray.get(whole_node.remote(), timeout=60) == "free"
@@ -489,7 +488,7 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     [outcome] = batch_ray._collect(ray, [task(tmp_path, "eve", folder)], 1, actor,
                                    ray.put(pack_assignment("toy", PROJECT)))
     assert outcome.error is None, outcome.error
-    observed = seen_in(outcome.report["tests"])
+    observed = seen_in(outcome.report.tests)
     names = {entry.split("=", 1)[0] for entry in observed["environ"].split("\0") if entry}
     assert canary not in observed["environ"] and "AUTOGRADER_TEST_SECRET" not in names
     assert not [n for n in names if n.startswith("RAY")], names
@@ -499,8 +498,8 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     assert observed["foreign_processes"] == []
     assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
     cold = grade_loaded(folder, load_assignment("toy", PROJECT), tmp_path / "cold")
-    assert outcome.report["environment"]["protections"] == cold.environment["protections"]
-    assert outcome.report["score"] == cold.score
+    assert outcome.report.environment["protections"] == cold.environment["protections"]
+    assert outcome.report.score == cold.score
 
 
 def _cmdline(pid: int) -> list[str]:

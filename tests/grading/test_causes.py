@@ -13,16 +13,15 @@ message: graded for real on the toy course, whose hidden tests word their failur
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from toy_course import toy_course
 
+from autograder.batch.submission_status import derive
 from autograder.grading.grade import grade_loaded
 from autograder.grading.report import gradescope_results
 from autograder.grading.results import Report
-from autograder.grading.submission_status import derive
 
 # Every phrase submission_status, the report and the overview used to look for in messages.
 OLD_WORDS = ("scale raised NotImplementedError: scale is not implemented yet; your module has "
@@ -135,7 +134,7 @@ def test_the_blank_toy_is_blank_whatever_its_tests_say(graded) -> None:
     for _, message in causes.values():  # a bare raise still says what it was
         assert message.strip() and not message.rstrip().endswith(":"), message
         assert ": (" not in message and ":  " not in message, message
-    status = derive(asdict(report))
+    status = derive(report)
     assert (status.status, status.flags) == ("blank", [])
     shown = [t["name"] for t in gradescope_results(report)["tests"] if "2." in t["number"]]
     assert shown == ["add: not implemented yet", "divide: not implemented yet",
@@ -147,7 +146,7 @@ def test_a_wrong_result_that_quotes_every_old_phrase_is_a_wrong_result(graded) -
     causes = coding(report)
     assert {cause for cause, _ in causes.values()} == {"wrong_result"}, causes
     assert causes["scale: doubles a tensor"][1] == OLD_WORDS
-    status = derive(asdict(report))
+    status = derive(report)
     assert status.to_json() == {"status": "ok", "detail": "", "flags": [], "timed_out": 0,
                                 "crashed": 0, "grader_errors": 0}
     shown = [t["name"] for t in gradescope_results(report)["tests"]]
@@ -163,6 +162,6 @@ def test_a_class_named_not_implemented_error_is_not_the_stub(graded) -> None:
         "raised", "add raised NotImplementedError: add is not implemented yet (line 6 in add)")
     assert causes["add: adds inside a scenario"][0] == "wrong_result"  # not noted as the stub
     assert causes["divide: refuses a zero divisor"][0] == "wrong_result"  # (raises_student's)
-    status = derive(asdict(report))
+    status = derive(report)
     assert status.status == "ok"
 

@@ -20,6 +20,7 @@ from repo_project import REPO
 
 from autograder.grading.grade import _submission_files, grade_loaded
 from autograder.grading.notebook import NotebookError, extract_module, template_notebook
+from autograder.grading.submission import GradedFile
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import notebook_instructions
@@ -167,10 +168,10 @@ def test_notebook_with_the_reference_solution_gets_full_coding_marks(tmp_path: P
     failed = [f"{t.name}: {t.message}" for t in report.tests
               if t.part == "coding" and t.status == "failed"]
     assert coding.score == coding.max_score == 70, failed
-    assert report.graded_file == {
-        "file": "dp_basics (1).ipynb",
-        "why": "there is no dp_basics.py, so dp_basics (1).ipynb was converted to dp_basics.py "
-               "and graded"}
+    assert report.graded_file == GradedFile(
+        "dp_basics (1).ipynb",
+        "there is no dp_basics.py, so dp_basics (1).ipynb was converted to dp_basics.py and "
+        "graded")
     assert any("'dp_basics (1).ipynb' was graded as dp_basics.ipynb" in w
                for w in report.warnings)
     assert any("`%load_ext autoreload` is an IPython magic" in w for w in report.warnings)
@@ -258,8 +259,8 @@ def test_unzipped_folder_with_filled_notebook_and_untouched_stub_grades_the_note
     coding = next(p for p in report.parts if p.name == "coding")
     assert coding.score == coding.max_score == 70, [t.message for t in report.tests
                                                      if t.status == "failed"]
-    assert report.graded_file["file"] == "dp_basics.ipynb"
-    assert "dp_basics.py is still the template's stub" in report.graded_file["why"]
+    assert report.graded_file.file == "dp_basics.ipynb"
+    assert "dp_basics.py is still the template's stub" in report.graded_file.why
     assert any("cell 4 (added by you) defines math, _strip, which were left out: to keep a "
                "helper, move it into a solution cell" in w for w in report.warnings)
     markdown = (tmp_path / "out" / "report.md").read_text()
@@ -284,22 +285,22 @@ def _choice(tmp_path: Path, py: str | None, nb: dict | str | None):
 def test_both_edited_grades_the_module_and_says_so_loudly(tmp_path: Path) -> None:
     files, graded = _choice(tmp_path, reference(SOLUTION), _filled())
     assert files.module == tmp_path / "sub" / "dp_basics.py"
-    assert graded["file"] == "dp_basics.py"
-    assert graded["why"].startswith("BOTH dp_basics.py and dp_basics.ipynb hold code: "
+    assert graded.file == "dp_basics.py"
+    assert graded.why.startswith("BOTH dp_basics.py and dp_basics.ipynb hold code: "
                                     "dp_basics.py was graded and the notebook was IGNORED")
 
 
 def test_stub_module_and_template_notebook_grade_the_module(tmp_path: Path) -> None:
     files, graded = _choice(tmp_path, TEMPLATE, notebook())
     assert files.module == tmp_path / "sub" / "dp_basics.py"
-    assert "both the template unchanged: nothing is implemented yet" in graded["why"]
+    assert "both the template unchanged: nothing is implemented yet" in graded.why
 
 
 def test_edited_module_next_to_the_template_notebook(tmp_path: Path) -> None:
     files, graded = _choice(tmp_path, reference(SOLUTION), notebook())
-    assert graded == {"file": "dp_basics.py", "why": "dp_basics.py was graded (dp_basics.ipynb "
-                                                     "is the template unchanged, so it was "
-                                                     "ignored)"}
+    assert graded == GradedFile("dp_basics.py", "dp_basics.py was graded (dp_basics.ipynb "
+                                                "is the template unchanged, so it was "
+                                                "ignored)")
 
 
 def test_stub_module_and_a_broken_notebook_name_the_notebook_problem(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from autograder.grading.late import LateStatus
 from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
 from autograder.grading.results import CodingOutcome, apply_late, build_report, coding_results
 from autograder.grading.results import TestResult as Result  # not a pytest class
+from autograder.grading.submission import GradedFile
 from autograder.grading.visibility import Release, student_view
 from autograder.project.config import load_config
 from autograder.project.inert import clip
@@ -106,7 +107,7 @@ def test_late_penalty_is_an_entry_so_results_still_add_up() -> None:
 
 
 def test_graded_file_is_said_first() -> None:
-    report = report_of({}, graded_file={"file": "dp_basics.ipynb", "why": "because"})
+    report = report_of({}, graded_file=GradedFile("dp_basics.ipynb", "because"))
     assert gradescope_results(report)["output"].startswith("Graded file: dp_basics.ipynb. "
                                                            "because.")
 
@@ -186,7 +187,7 @@ def test_unanswered_questions_are_one_line_not_one_box_each(tmp_path) -> None:
 def test_a_report_round_trips_through_report_json(tmp_path) -> None:
     """What a batch worker sends back and report.json holds reads back as the same Report."""
     late = LateStatus(90.0, 1, 0.1, "1 day late: 10% off")
-    report = apply_late(report_of({"wrap_ddp": "stub"}, graded_file={"file": "a", "why": "b"}),
+    report = apply_late(report_of({"wrap_ddp": "stub"}, graded_file=GradedFile("a", "b")),
                         late)
     # The staff's copy: all of it.
     report = write_outputs(report, tmp_path, REPO.schemas, students=False)

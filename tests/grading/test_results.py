@@ -108,4 +108,4 @@ def test_late_total_stays_in_hundredths() -> None:
     report = build_report(CONFIG, "s", tests, [], {}, 1.0)
     late = LateStatus(minutes_late=100.0, days_late=1, penalty=1 / 3, message="1 day late.")
     report = apply_late(replace(report), late)
-    assert report.score == 46.67 and report.late["raw_score"] == 70
+    assert report.score == 46.67 and report.late.raw_score == 70

@@ -136,7 +136,7 @@ def test_after_the_due_date_everything_is_shown(gradings):
     assert results["score"] == 9 and "counts" not in results["output"]
     assert "Multiple choice: 1 / 2" in results["output"]
     assert "Correct answer: A" in files["report.md"]
-    assert not release_due(data)
+    assert not release_due(Report.from_json(data))
 
 
 # ----------------------------------------------------------------------------- the view itself
@@ -186,9 +186,9 @@ def test_the_view_counts_only_what_it_shows_and_takes_the_late_penalty_off_that(
     assert [t.cause for t in view.tests] == ["withheld", "not_answered", "passed", "withheld",
                                              "withheld"]
     assert [p.score for p in view.parts] == [0, 3]
-    assert view.late["raw_score"] == 3 and view.score == 2.7
+    assert view.late.raw_score == 3 and view.score == 2.7
     assert view.tests[1].feedback == []  # the key of an unanswered question waits too
-    assert view.release["withheld_points"] == 4.5 and view.release["withheld"] == 3
+    assert view.release.withheld_points == 4.5 and view.release.withheld == 3
     assert student_view(view) == view  # a view of a view is the same view
     shown = student_view(made(TESTS, DUE, late))
     assert [p.score for p in shown.parts] == [2.5, 5] and shown.score == 6.75
@@ -197,10 +197,10 @@ def test_the_view_counts_only_what_it_shows_and_takes_the_late_penalty_off_that(
 
 
 def test_a_batch_regrades_once_withheld_results_are_due():
-    before = json.loads(json.dumps({"release": made(TESTS, DUE - timedelta(hours=1)).release}))
+    before = Report.from_json(made(TESTS, DUE - timedelta(hours=1)).to_json())  # as stored
     assert not release_due(before, DUE - timedelta(minutes=1))
     assert release_due(before, DUE)
-    assert not release_due({"release": made(TESTS, DUE).release}, DUE + timedelta(days=1))
+    assert not release_due(made(TESTS, DUE), DUE + timedelta(days=1))
     assert not release_due(None)
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from autograder.grading.submission_status import NEEDS_A_LOOK
+from autograder.batch.submission_status import NEEDS_A_LOOK
 from autograder.project.paths import PACKAGE_ROOT
 from autograder.protocol.job import SCORED_VISIBILITIES, VISIBILITIES
 from autograder.protocol.runner_events import EVENTS

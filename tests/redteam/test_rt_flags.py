@@ -17,7 +17,9 @@ import json
 import pytest
 from red_team import ADD_NUMBERS, ANSWERS, HONEST, assert_sound, legit_max, observation
 
-from autograder.grading.submission_status import EVENT_REASONS, TA_EVENTS_FILE, derive
+from autograder.batch.submission_status import EVENT_REASONS, derive
+from autograder.grading.results import Report
+from autograder.grading.ta_events import TA_EVENTS_FILE
 
 pytestmark = pytest.mark.slow  # each grading takes 5-15 s
 
@@ -158,7 +160,8 @@ def status_of(graded):
     """The submission's status as a batch records it, from the TA's events file (left in
     place: the batch takes it out, the single grading leaves it next to the reports)."""
     path = graded.out / TA_EVENTS_FILE
-    return derive(graded.report, None, json.loads(path.read_text()) if path.exists() else [])
+    events = json.loads(path.read_text()) if path.exists() else []
+    return derive(Report.from_json(graded.report), None, events)
 
 
 def reasons(found) -> set[str]:

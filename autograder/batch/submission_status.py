@@ -1,8 +1,8 @@
 """What a TA needs to know about one graded submission, in one word and one line.
 
-`derive(report, error, events)` gives a `SubmissionStatus` from the report (report.json's
-content: each coding test's `cause`, statuses.TestCause, never its message), the grader's own
-failure and the sandbox's event log:
+`derive(report, error, events)` gives a `SubmissionStatus` from the `Report` (each coding
+test's `cause`, statuses.TestCause, never its message), the grader's own failure and the
+sandbox's event log:
 
 - `flagged`: hostile behaviour: a refused socket, a write outside the sandbox, a read of the
   grader's files, a signal to the grader or to the sandbox's parent, an import hang, an
@@ -20,36 +20,34 @@ failure and the sandbox's event log:
 A status is one word (the first that applies, in the order above); `flags` keeps every hostile
 reason, whatever the status.
 
-Trust. Flags come from two sources. Most are the trusted side's own observations, the causes
-the trusted runner and supervisor gave tests (a runner killed mid-test, a zygote killed, an
-import that hung, a reply over the size limit, a socket the sandbox refused): student code can
-make some appear (it can raise the sandbox's refusal itself, say) but cannot remove them, and
+Trust. Flags come from two sources. Most are the trusted side's own observations, the causes the
+trusted runner and supervisor gave tests (a runner killed mid-test, a zygote killed, an import
+that hung, a reply over the size limit, a socket the sandbox refused): student code can make
+some appear (it can raise the sandbox's refusal itself, say) but cannot remove them, and
 `flagged` outranks every other status, so a student can only ever add a flag to itself. The
-sandbox's audit hook also notes attempts the trusted side cannot see (a refused socket that
-the student code caught, a write to a read-only path, a read of a grader path, a signal to the
-zygote), sent on each worker's event
-channel, which only the trusted runner reads, as it arrives (autograder.sandbox.events): what
-was sent is out of the sandbox's reach, and the runner keeps it in a records file of its own in
-the grader's folder (`read_sandbox_events`). Student code may send more (flagging itself) or
-stop its hook from sending (hiding its later attempts); flooding the channel, sending what is
-not an event and closing the channel while it still runs are flags of their own, observed by
-the runner. None of it changes a score or clears a trusted observation.
+sandbox's audit hook also notes attempts the trusted side cannot see (a refused socket that the
+student code caught, a write to a read-only path, a read of a grader path, a signal to the
+zygote), sent on each worker's event channel, which only the trusted runner reads, as it arrives
+(autograder.sandbox.events): what was sent is out of the sandbox's reach, and the runner keeps
+it in a records file of its own in the grader's folder
+(autograder.grading.ta_events.read_sandbox_events). Student code may send more (flagging itself)
+or stop its hook from sending (hiding its later attempts); flooding the channel, sending what is
+not an event and closing the channel while it still runs are flags of their own, observed by the
+runner. None of it changes a score or clears a trusted observation.
 
-The student's report never mentions flags: they are kept next to it in `TA_EVENTS_FILE`, which
-the batch takes out before publishing the reports, and shown only in the TA's outputs.
+The student's report never mentions flags: grading keeps the events next to it
+(autograder.grading.ta_events), the batch takes them out before publishing the reports, and
+they are shown only in the TA's outputs. A status is the TA's (the gradebook, the overview,
+Gradescope's staff output), so it lives with the batch; grading never reads one.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from autograder.grading.results import Report, TestResult
 from autograder.project.inert import clip, inert
-from autograder.protocol.statuses import SUBMISSION_STATES, SubmissionState
-from autograder.sandbox.events import EVENTS_SUFFIX, MAX_PER_KIND
+from autograder.protocol.statuses import SUBMISSION_STATES, SubmissionState, TestCause
 
 STATUSES = SUBMISSION_STATES
 NEEDS_A_LOOK = tuple(s for s in STATUSES if s != "ok")
@@ -57,10 +55,7 @@ TITLES = {"flagged": "flagged", "grader_error": "grader error", "no_module": "no
           "not_importable": "not importable", "timed_out": "timed out", "crashed": "crashed",
           "blank": "blank", "ok": "ok"}
 
-TA_EVENTS_FILE = "ta-sandbox-events.json"  # next to the reports; taken out by the batch
-MAX_RECORDS_BYTES = 1 << 20  # read of one records file (what is in it came from a sandbox)
-MAX_EVENTS = 40
-MAX_DETAIL = 300
+MAX_DETAIL = 300  # of the one line a status shows
 EVENT_REASONS = {
     # sent by the sandbox's audit hook (autograder.sandbox.events.SANDBOX_KINDS)
     "network": "tried the network (refused)",
@@ -127,20 +122,20 @@ class SubmissionStatus:
                    int(data.get("grader_errors", 0)))
 
 
-def derive(report: dict | None, error: str | None = None,
+def derive(report: Report | None, error: str | None = None,
            events: list[dict] | None = None) -> SubmissionStatus:
-    """The status of one grading: `report` is report.json's content (None when the grader
-    failed), `error` the grader's own failure, `events` the sandbox's (see read_sandbox_events)."""
+    """The status of one grading: `report` is its report (None when the grader failed), `error`
+    the grader's own failure, `events` the sandbox's (grading.ta_events.take_kept_events)."""
     flags = _event_flags(events or [])
     if report is None or error is not None:
         detail = error or "the grader wrote no report"
         if flags:
             return SubmissionStatus("flagged", f"{'; '.join(flags)} (and: {detail})", flags)
         return SubmissionStatus("grader_error", clip(inert(detail), MAX_DETAIL))
-    coding = [t for t in report.get("tests", []) if t.get("part") == "coding"]
-    counted = [t for t in coding if t.get("status") in ("passed", "failed")]
-    failed = [t for t in counted if t.get("status") == "failed"]
-    causes = [str(t.get("cause", "")) for t in failed]
+    coding = [t for t in report.tests if t.part == "coding"]
+    counted = [t for t in coding if t.status in ("passed", "failed")]
+    failed = [t for t in counted if t.status == "failed"]
+    causes = [t.cause for t in failed]
     for cause in causes:
         reason = CAUSE_FLAGS.get(cause)
         if reason is not None and reason not in flags:
@@ -149,14 +144,14 @@ def derive(report: dict | None, error: str | None = None,
     dead = sum(cause in CRASHED_CAUSES for cause in causes)
     found = SubmissionStatus("ok", flags=flags, timed_out=slow, crashed=dead)
     problem = _module_problem(failed)
-    grader_errors = [t for t in failed if t.get("cause") == "grader_error"]
+    grader_errors = [t for t in failed if t.cause == "grader_error"]
     found.grader_errors = len(grader_errors)
     if flags:
         found.status, found.detail = "flagged", "; ".join(flags)
     elif grader_errors:
         found.status = "grader_error"
         found.detail = (f"the grader could not run {len(grader_errors)} check(s), e.g. "
-                        f"{grader_errors[0].get('name', '')}")
+                        f"{grader_errors[0].name}")
     elif problem is not None:
         found.status, found.detail = problem
     elif slow:
@@ -170,97 +165,25 @@ def derive(report: dict | None, error: str | None = None,
     return found
 
 
-def _module_problem(failed: list[dict]) -> tuple[str, str] | None:
+def _module_problem(failed: list[TestResult]) -> tuple[SubmissionState, str] | None:
     """no_module or not_importable, with the first such test's message as the detail."""
-    for state, cause in (("no_module", "no_module"), ("not_importable", "import_failed")):
+    states: tuple[tuple[SubmissionState, TestCause], ...] = (("no_module", "no_module"),
+                                                             ("not_importable", "import_failed"))
+    for state, cause in states:
         for test in failed:
-            if test.get("cause") == cause:
-                return state, str(test.get("message", "")).removeprefix(_NOT_IMPORTABLE).strip()
+            if test.cause == cause:
+                return state, test.message.removeprefix(_NOT_IMPORTABLE).strip()
     return None
 
 
 def _event_flags(events: list[dict]) -> list[str]:
     flags: list[str] = []
+    said: set[str] = set()
     for event in events:
         reason = EVENT_REASONS.get(str(event.get("kind")), "unexpected sandbox event")
+        if reason in said:  # one line per reason: the first event's detail
+            continue
+        said.add(reason)
         detail = clip(inert(str(event.get("detail", ""))), 120)
-        text = f"{reason}: {detail}" if detail else reason
-        if not any(f.startswith(reason) for f in flags):  # one line per kind
-            flags.append(text)
+        flags.append(f"{reason}: {detail}" if detail else reason)
     return flags
-
-
-# ----------------------------------------------------------------------------- the event log
-
-
-def read_sandbox_events(workdir: Path) -> list[dict]:
-    """The events the sandboxes of one grading sent, as its runners received and recorded them
-    (`*-events.jsonl` in the grader's folder, see autograder.sandbox.events). Only our own
-    runners write these files (one not ours is not read), but their text came from sandboxes:
-    each is opened without following links, read only when it is a regular file, at most
-    MAX_RECORDS_BYTES of it; at most MAX_PER_KIND events of a kind are kept (a flood of one
-    kind hides no other), MAX_EVENTS in all, clipped and inert."""
-    events: list[dict] = []
-    kept: dict[str, int] = {}
-    try:
-        records = sorted(p for p in workdir.iterdir() if p.name.endswith(EVENTS_SUFFIX))
-    except OSError:
-        return events
-    for path in records:
-        for raw in _bounded_read(path, owned=True).split(b"\n"):
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                continue  # (an empty line; our runner writes nothing else)
-            if not isinstance(data, dict) or len(events) >= MAX_EVENTS:
-                continue
-            kind = clip(inert(str(data.get("kind", ""))), 40)
-            if kept.get(kind, 0) >= MAX_PER_KIND:
-                continue
-            kept[kind] = kept.get(kind, 0) + 1
-            events.append({"kind": kind,
-                           "detail": clip(inert(str(data.get("detail", ""))), MAX_DETAIL)})
-    return events
-
-
-def _bounded_read(path: Path, owned: bool = False) -> bytes:
-    """At most MAX_RECORDS_BYTES of a regular file (`owned`: only one of this user's)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return b""
-    try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or (owned and found.st_uid != os.geteuid()):
-            return b""
-        return os.read(fd, MAX_RECORDS_BYTES)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-
-
-def keep_sandbox_events(workdir: Path, out: Path) -> None:
-    """Before the grader's folder goes: its sandbox events into OUT/TA_EVENTS_FILE (written
-    only when there are any), for the batch to record; no student report reads it."""
-    events = read_sandbox_events(workdir)
-    if not events:
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{TA_EVENTS_FILE}.tmp"
-    tmp.write_text(json.dumps(events), encoding="utf-8")
-    os.replace(tmp, out / TA_EVENTS_FILE)
-
-
-def take_kept_events(folder: Path) -> list[dict]:
-    """The events keep_sandbox_events left in `folder`, removed from it (so they are never
-    published with the student's reports)."""
-    path = folder / TA_EVENTS_FILE
-    try:
-        data = json.loads(_bounded_read(path) or b"[]")
-    except ValueError:
-        data = [{"kind": "unreadable", "detail": "the sandbox event file could not be read"}]
-    path.unlink(missing_ok=True)
-    if not isinstance(data, list):
-        return []
-    return [e for e in data if isinstance(e, dict)][:MAX_EVENTS]

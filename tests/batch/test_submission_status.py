@@ -1,40 +1,27 @@
-"""The status of a submission (autograder.grading.submission_status): derived from the report
+"""The status of a submission (autograder.batch.submission_status): derived from the report
 (each test's cause, never its message), the grader's failure and the sandbox's events; flags can
-be added by student code, never cleared, and the runners' records of the events are read as
-untrusted data."""
+be added by student code, never cleared."""
 
 from __future__ import annotations
 
-import json
-import os
+from report_records import a_report, a_test
 
-from autograder.grading.submission_status import (
-    MAX_EVENTS,
-    TA_EVENTS_FILE,
-    SubmissionStatus,
-    derive,
-    keep_sandbox_events,
-    read_sandbox_events,
-    take_kept_events,
-)
-from autograder.sandbox.events import EVENTS_SUFFIX, MAX_PER_KIND
+from autograder.batch.submission_status import SubmissionStatus, derive
+from autograder.grading.results import Report
 
 
 def report(*coding: tuple[str, str] | tuple[str, str, str],
-           warnings: list[str] | None = None) -> dict:
-    """A report's content: coding tests as (cause, message), or (status, cause, message)."""
+           warnings: list[str] | None = None) -> Report:
+    """A report: coding tests as (cause, message), or (status, cause, message), and one
+    unanswered question."""
     tests = []
     for i, test in enumerate(coding):
         status, cause, message = test if len(test) == 3 else (
             "passed" if test[0] == "passed" else "failed", *test)
-        tests.append({"name": f"f{i}: test {i}", "part": "coding", "item": f"f{i}",
-                      "status": status, "cause": cause,
-                      "score": 1.0 if status == "passed" else 0.0, "max_score": 1.0,
-                      "message": message})
-    tests.append({"name": "Q1", "part": "multiple_choice", "item": "q01", "status": "failed",
-                  "cause": "not_answered", "score": 0.0, "max_score": 1.0,
-                  "message": "no answers file found"})
-    return {"tests": tests, "warnings": warnings or [], "score": 0.0, "max_score": 3.0}
+        tests.append(a_test(f"f{i}", status, cause, message, name=f"f{i}: test {i}"))
+    tests.append(a_test("q01", "failed", "not_answered", "no answers file found",
+                        part="multiple_choice", name="Q1"))
+    return a_report(*tests, warnings=warnings)
 
 
 PASS = ("passed", "")
@@ -115,48 +102,6 @@ def test_events_add_flags_and_a_forged_message_cannot_remove_one():
     assert derive(None, "the grader failed", events).status == "flagged"
     assert SubmissionStatus.from_json(found.to_json()) == found
     assert SubmissionStatus.from_json({"status": "nonsense"}).status == "ok"
-
-
-def test_the_records_are_read_as_untrusted_data(tmp_path):
-    """The runners' records of what sandboxes sent (autograder.sandbox.events): written by the
-    grader alone, but their text came from a sandbox."""
-    work = tmp_path / "work"
-    work.mkdir()
-    line = json.dumps({"kind": "network", "detail": "\x1b[2Jcleared"}).encode()
-    (work / f"sandbox-1{EVENTS_SUFFIX}").write_bytes(
-        line + b"\n" + b"{not json\n" + b"[1]\n\n"
-        + json.dumps({"kind": "read", "detail": "x" * 5000}).encode() + b"\n")
-    secret = tmp_path / "secret"
-    secret.write_bytes(json.dumps({"kind": "secret", "detail": "linked"}).encode() + b"\n")
-    os.symlink(secret, work / f"sandbox-2{EVENTS_SUFFIX}")  # never followed
-    os.mkfifo(work / f"sandbox-3{EVENTS_SUFFIX}")  # never blocks
-    (work / f"sandbox-4{EVENTS_SUFFIX}").write_bytes((line + b"\n") * 100000)  # bounded
-    flood = b"".join(json.dumps({"kind": f"kind-{i}", "detail": ""}).encode() + b"\n"
-                     for i in range(100))
-    (work / f"sandbox-5{EVENTS_SUFFIX}").write_bytes(flood)
-    if os.geteuid() == 0:  # a file not the grader's user's (read first, were it read)
-        foreign = work / f"sandbox-0{EVENTS_SUFFIX}"
-        foreign.write_bytes(json.dumps({"kind": "foreign", "detail": ""}).encode() + b"\n")
-        os.chown(foreign, 12345, 12345)
-    # The zygote's log is no channel: a marked line there is nobody's event.
-    (work / "sandbox-7-zygote.log").write_bytes(
-        b"autograder-sandbox-event " + json.dumps({"kind": "write", "detail": "log"}).encode())
-    events = read_sandbox_events(work)
-    assert events[0] == {"kind": "network", "detail": "\\x1b[2Jcleared"}  # made inert
-    assert events[1]["kind"] == "read" and len(events[1]["detail"]) <= 300  # clipped
-    # A few of each kind (one kind's flood pushes no other out), a bounded number in all.
-    assert [e["kind"] for e in events].count("network") == MAX_PER_KIND
-    assert len(events) == MAX_EVENTS
-    seen = {e["kind"] for e in events}
-    assert not seen & {"secret", "write", "foreign"}
-    out = tmp_path / "out"
-    keep_sandbox_events(work, out)
-    assert (out / TA_EVENTS_FILE).is_file()
-    assert take_kept_events(out) == events
-    assert not (out / TA_EVENTS_FILE).exists()  # taken out, never published
-    assert take_kept_events(out) == []
-    keep_sandbox_events(tmp_path / "nothing", out)
-    assert not (out / TA_EVENTS_FILE).exists()  # no events, no file
 
 
 def test_tampering_with_the_event_channel_is_a_flag_with_its_reason():
