@@ -20,10 +20,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-import yaml
-
-from autograder.project.markers import reference
-
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "assignments" / "ddp_internals" / "solution" / "ddp_internals.py"
 PARTIAL = ROOT / "assignments" / "ddp_internals" / "examples" / "partial"
@@ -31,7 +27,6 @@ PARTIAL = ROOT / "assignments" / "ddp_internals" / "examples" / "partial"
 _spec = importlib.util.spec_from_file_location("make_mutants", ROOT / "scripts" / "make_mutants.py")
 _base = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_base)
-mutant_text, _mutate = _base.mutant_text, _base._mutate
 
 AVERAGE = "average_gradients: one all_reduce per parameter, divided first"
 SKIPS = "average_gradients: a parameter without a gradient gets no collective"
@@ -156,39 +151,18 @@ PARTIAL_MISTAKES = ("overlap_no_wait", "memory_zero2_keeps_grads")
 
 def mutant_files(solution: str) -> dict[str, str]:
     """File name -> content of every mutant and every alternative solution."""
-    files = {f"{spec[0]}.py": mutant_text(solution, spec) for spec in MUTANTS}
-    for name, header, *edits in ALTS:
-        files[f"{name}.py"] = header + _mutate(reference(solution), (name, "", "", [], *edits))
-    return files
+    return _base.edited_files(solution, MUTANTS, ALTS)
 
 
 def write_mutants(folder: Path, solution: str | None = None) -> list[Path]:
     """Write every mutant and alternative into `folder` (made if missing); their paths."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in mutant_files(solution or SOLUTION.read_text()).items():
-        (folder / name).write_text(text)
-        written.append(folder / name)
-    return written
+    return _base.write_files(folder, mutant_files(solution or SOLUTION.read_text()))
 
 
 def committed_files(solution: str) -> dict[Path, str]:
     """Path -> content of the committed files made from the mutants: the partial example."""
-    specs = {spec[0]: spec for spec in MUTANTS}
-    text = reference(solution)
-    for name in PARTIAL_MISTAKES:
-        text = _mutate(text, specs[name])
-    header = "".join(f"# PARTIAL: {specs[n][1]}: {specs[n][2]}\n" for n in PARTIAL_MISTAKES)
-    files = {PARTIAL / "ddp_internals.py": header + text}
-    bank = yaml.safe_load((SOLUTION.parents[1] / "questions.yml").read_text())
-    answers = {}
-    for index, q in enumerate(bank["questions"]):
-        right = q["answer"] if q["multiple"] else q["answer"][0]
-        wrong = next(x for x in q["options"] if x not in q["answer"])
-        answers[q["id"]] = right if index % 2 == 0 else wrong
-    files[PARTIAL / "answers.yml"] = ("# The demo's partly correct answers: every other one "
-                                      "right.\n" + yaml.safe_dump(answers, sort_keys=False))
-    return files
+    return _base.partial_example(solution, MUTANTS, PARTIAL_MISTAKES, PARTIAL, "ddp_internals",
+                                 SOLUTION.parents[1] / "questions.yml")
 
 
 if __name__ == "__main__":

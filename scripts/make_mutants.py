@@ -32,6 +32,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from autograder.project.markers import reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -553,12 +555,44 @@ def mutant_files(solution: str) -> dict[str, str]:
 
 def write_mutants(folder: Path, solution: str | None = None) -> list[Path]:
     """Write every mutant and alternative into `folder` (made if missing); their paths."""
+    return write_files(folder, mutant_files(solution or SOLUTION.read_text()))
+
+
+def write_files(folder: Path, files: dict[str, str]) -> list[Path]:
+    """Write `files` (name -> text) into `folder` (made if missing); their paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in mutant_files(solution or SOLUTION.read_text()).items():
+    for name, text in files.items():
         (folder / name).write_text(text)
-        written.append(folder / name)
-    return written
+    return [folder / name for name in files]
+
+
+# The sibling generators' format (scripts/make_ddp_*_mutants.py): a mutant is (name, function,
+# mistake, [tests that must fail], old, new, ...), an alternative (name, header, old, new, ...).
+def edited_files(solution: str, mutants: list[tuple], alts: list[tuple]) -> dict[str, str]:
+    """File name -> content of every mutant and every alternative solution."""
+    files = {f"{spec[0]}.py": mutant_text(solution, spec) for spec in mutants}
+    for name, header, *edits in alts:
+        files[f"{name}.py"] = header + _mutate(reference(solution), (name, "", "", [], *edits))
+    return files
+
+
+def partial_example(solution: str, mutants: list[tuple], mistakes: tuple[str, ...],
+                    folder: Path, module: str, bank: Path) -> dict[Path, str]:
+    """The demo's partly correct example in `folder`: the reference with `mistakes` (names of
+    mutants) and answers with every other question right."""
+    specs = {spec[0]: spec for spec in mutants}
+    text = reference(solution)
+    for name in mistakes:
+        text = _mutate(text, specs[name])
+    header = "".join(f"# PARTIAL: {specs[n][1]}: {specs[n][2]}\n" for n in mistakes)
+    answers = {}
+    for index, q in enumerate(yaml.safe_load(bank.read_text())["questions"]):
+        right = q["answer"] if q["multiple"] else q["answer"][0]
+        wrong = next(x for x in q["options"] if x not in q["answer"])
+        answers[q["id"]] = right if index % 2 == 0 else wrong
+    return {folder / f"{module}.py": header + text,
+            folder / "answers.yml": ("# The demo's partly correct answers: every other one "
+                                     "right.\n" + yaml.safe_dump(answers, sort_keys=False))}
 
 
 def committed_files(solution: str) -> dict[Path, str]:
