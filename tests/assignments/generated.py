@@ -1,7 +1,12 @@
-"""The acceptance harness of an assignment whose mutants come from a generator script
-(scripts/make_<name>_mutants.py): the submissions every such assignment is graded on, and the
-checks each of their reports must pass. The test modules (test_<name>_grading.py) grade them
-once, in a module-scoped fixture, and hold one small test per check.
+"""The acceptance tests of an assignment whose mutants come from a generator script
+(scripts/make_<name>_mutants.py), graded by the real engine end to end: the reference with the
+key scores 100, the blank template 0, do-nothing submissions 0 on coding, the demo's partial
+example in between, each mutant fails the tests its header names and only tests of its own
+function, and each alternative solution gets every coding point.
+
+A test module subclasses `GeneratedAcceptance` with the assignment's NAME (a class is one unit
+of work for a parallel run); every submission is graded once, by a class-scoped fixture, and
+the tests only read the reports.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import yaml
 from acceptance import grade_all
 from repo_project import REPO
@@ -158,3 +164,61 @@ def check_alternative(report: Report, path: Path, coding_points: float) -> None:
     assert header(path, "ALT"), f"{path.stem} has no '# ALT:' line"
     assert not failed(report), [(t.name, t.message) for t in failed(report)]
     assert part(report, "coding") == coding_points
+
+
+class GeneratedAcceptance:
+    """The tests every generated assignment passes (subclassed as Test<Name>, with NAME)."""
+
+    NAME = ""
+    DO_NOTHING = ("blank", "returns_none", "returns_first_argument")
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        subject = generated(self.NAME)
+        for argument, values in (("mutant", subject.mutants), ("alternative", subject.alts),
+                                 ("nothing", self.DO_NOTHING)):
+            if argument in metafunc.fixturenames:
+                metafunc.parametrize(argument, values)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def subject(cls) -> Generated:
+        return generated(cls.NAME)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def mutants_dir(cls, subject: Generated, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Path:
+        return subject.write_mutants(tmp_path_factory.mktemp(f"{cls.NAME}_mutants"))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def graded(cls, subject: Generated, tmp_path_factory: pytest.TempPathFactory,
+               mutants_dir: Path) -> dict:
+        return subject.grade(tmp_path_factory.mktemp(f"{cls.NAME}_grading"), mutants_dir)
+
+    def test_reference_scores_full_marks(self, graded: dict) -> None:
+        check_reference(graded["reference"])
+
+    def test_doing_nothing_scores_zero(self, graded: dict, nothing: str) -> None:
+        check_doing_nothing(graded[nothing], nothing)
+
+    def test_partial_scores_in_between(self, graded: dict, subject: Generated) -> None:
+        check_partial(graded["partial"], subject.partial)
+
+    def test_committed_partial_example_is_what_the_generator_writes(
+            self, subject: Generated) -> None:
+        subject.check_committed()
+
+    def test_generator_writes_the_graded_mutants_for_reviewers(
+            self, subject: Generated, tmp_path: Path, mutants_dir: Path) -> None:
+        subject.check_writes(tmp_path / "review", mutants_dir)
+
+    def test_mutant_fails_only_its_function(self, graded: dict, mutants_dir: Path,
+                                            mutant: str) -> None:
+        check_mutant(graded[mutant], mutants_dir / f"{mutant}.py")
+
+    def test_alternative_solution_scores_full_coding_marks(
+            self, graded: dict, subject: Generated, mutants_dir: Path,
+            alternative: str) -> None:
+        check_alternative(graded[alternative], mutants_dir / f"{alternative}.py",
+                          subject.assignment.config.coding.points)

@@ -13,62 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from generated import (
-    check_alternative,
-    check_doing_nothing,
-    check_mutant,
-    check_partial,
-    check_reference,
-    generated,
-)
+from generated import Generated, GeneratedAcceptance
 
-GENERATED = generated("ddp_training")
-ASSIGNMENT = GENERATED.assignment
-MUTANTS, ALTS = GENERATED.mutants, GENERATED.alts  # their files: the mutants_dir fixture
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def mutants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return GENERATED.write_mutants(tmp_path_factory.mktemp("ddp_training_mutants"))
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory, mutants_dir: Path) -> dict:
-    return GENERATED.grade(tmp_path_factory.mktemp("ddp_training_grading"), mutants_dir)
-
-
-def test_reference_scores_full_marks(graded) -> None:
-    check_reference(graded["reference"])
-
-
-@pytest.mark.parametrize("name", ["blank", "returns_none", "returns_first_argument"])
-def test_doing_nothing_scores_zero(graded, name: str) -> None:
-    check_doing_nothing(graded[name], name)
-
-
-def test_partial_scores_in_between(graded) -> None:
-    check_partial(graded["partial"], GENERATED.partial)
-
-
-def test_committed_partial_example_is_what_the_generator_writes() -> None:
-    GENERATED.check_committed()
-
-
-def test_generator_writes_the_graded_mutants_for_reviewers(tmp_path: Path,
-                                                           mutants_dir: Path) -> None:
-    GENERATED.check_writes(tmp_path / "review", mutants_dir)
-
-
-@pytest.mark.parametrize("name", MUTANTS)
-def test_mutant_fails_only_its_function(graded, mutants_dir: Path, name: str) -> None:
-    check_mutant(graded[name], mutants_dir / f"{name}.py")
-
-
-@pytest.mark.parametrize("name", ALTS)
-def test_alternative_solution_scores_full_coding_marks(graded, mutants_dir: Path,
-                                                       name: str) -> None:
-    check_alternative(graded[name], mutants_dir / f"{name}.py", 70)
 
 
 # Issue 24: correct readings of a docstring that the tests once failed, all in alt_faithful
@@ -86,25 +33,29 @@ FAITHFUL = {
 }
 
 
-@pytest.mark.parametrize("function", sorted(FAITHFUL))
-def test_a_faithful_reading_of_the_docstring_gets_full_points(graded, function: str) -> None:
-    reading, once_failed = FAITHFUL[function]
-    tests = [t for t in graded["alt_faithful"].tests
-             if t.part == "coding" and t.name.startswith(f"{function}: ")]
-    for name in once_failed:
-        assert any(t.name.startswith(name) for t in tests), f"no test {name!r}"
-    lost = [(t.name, t.message) for t in tests if t.score < t.max_score]
-    assert not lost, f"{function} ({reading}): {lost}"
 
+class TestDdpTraining(GeneratedAcceptance):
+    NAME = "ddp_training"
 
-def test_the_public_tests_accept_the_launch_variables_checked_in_any_order(
-        tmp_path: Path, mutants_dir: Path) -> None:
-    """The public check of a missing variable matched "RANK" with every variable unset, so an
-    init_from_env that checks WORLD_SIZE first failed it (issue 24)."""
-    shutil.copytree(ASSIGNMENT.public_tests, tmp_path / "tests")
-    shutil.copy(mutants_dir / "alt_faithful.py", tmp_path / "ddp_training.py")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests", "-k", "init_from_env"], capture_output=True, text=True,
-                         cwd=tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "6 passed" in run.stdout, run.stdout
+    @pytest.mark.parametrize("function", sorted(FAITHFUL))
+    def test_a_faithful_reading_of_the_docstring_gets_full_points(self, graded: dict,
+                                                                  function: str) -> None:
+        reading, once_failed = FAITHFUL[function]
+        tests = [t for t in graded["alt_faithful"].tests
+                 if t.part == "coding" and t.name.startswith(f"{function}: ")]
+        for name in once_failed:
+            assert any(t.name.startswith(name) for t in tests), f"no test {name!r}"
+        lost = [(t.name, t.message) for t in tests if t.score < t.max_score]
+        assert not lost, f"{function} ({reading}): {lost}"
+
+    def test_the_public_tests_accept_the_launch_variables_checked_in_any_order(
+            self, subject: Generated, tmp_path: Path, mutants_dir: Path) -> None:
+        """The public check of a missing variable matched "RANK" with every variable unset, so
+        an init_from_env that checks WORLD_SIZE first failed it (issue 24)."""
+        shutil.copytree(subject.assignment.public_tests, tmp_path / "tests")
+        shutil.copy(mutants_dir / "alt_faithful.py", tmp_path / "ddp_training.py")
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "tests", "-k", "init_from_env"], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "6 passed" in run.stdout, run.stdout
