@@ -33,6 +33,8 @@ SKIPS = "average_gradients: a parameter without a gradient gets no collective"
 OVERLAP = "overlapped_gradient_sync: all_reduces start in the hooks"
 BUCKETS = "bucketed_gradient_sync: one all_reduce per bucket, started during backward"
 FILLS = "bucketed_gradient_sync: buckets in reverse order, none over the cap"
+OWNERS = "shard_owners: each parameter to the rank owning the fewest elements so far"
+ZERO1 = "zero1_adam: averaged gradients, Adam on its own shard"
 MIXED = "memory_per_rank: mixed-precision Adam"
 OTHER = "memory_per_rank: other byte sizes"
 MUTANTS: list[tuple] = [
@@ -117,6 +119,30 @@ MUTANTS: list[tuple] = [
      "            pending.append((buckets[index], flat, None))\n",
      "        for bucket, flat, work in pending:\n            work.wait()\n",
      "        for bucket, flat, work in pending:\n            dist.all_reduce(flat)\n"),
+    ("owners_round_robin", "shard_owners", "deals the parameters round robin",
+     [OWNERS],
+     "        rank = min(range(world_size), key=lambda r: (held[r], r))\n",
+     "        rank = len(owners) % world_size\n"),
+    ("owners_ties_to_the_last", "shard_owners", "breaks ties towards the highest rank",
+     [OWNERS],
+     "        rank = min(range(world_size), key=lambda r: (held[r], r))\n",
+     "        rank = min(range(world_size), key=lambda r: (held[r], -r))\n"),
+    ("zero1_full_state", "zero1_adam", "every rank keeps Adam's state for every parameter",
+     [ZERO1],
+     "    optimizer = torch.optim.Adam(own, lr=lr, betas=betas, eps=eps)\n",
+     "    optimizer = torch.optim.Adam(parameters, lr=lr, betas=betas, eps=eps)\n"),
+    ("zero1_no_broadcast", "zero1_adam", "never broadcasts the updated parameters",
+     [ZERO1],
+     "        for parameter, owner in zip(parameters, owners, strict=True):\n"
+     "            dist.broadcast(parameter.data, src=owner)\n", ""),
+    ("zero1_broadcast_from_rank_0", "zero1_adam", "broadcasts every parameter from rank 0",
+     [ZERO1],
+     "            dist.broadcast(parameter.data, src=owner)\n",
+     "            dist.broadcast(parameter.data, src=0)\n"),
+    ("zero1_local_gradients", "zero1_adam", "steps on its own rank's gradients",
+     [ZERO1],
+     "        average_gradients(model)\n        optimizer.step()\n",
+     "        optimizer.step()\n"),
     ("memory_zero2_keeps_grads", "memory_per_rank", "ZeRO-2 does not split the gradients",
      [MIXED, OTHER],
      '"zero2": ("optimizer", "grads")', '"zero2": ("optimizer",)'),

@@ -142,6 +142,51 @@ def _serve_gates(seat, gates, s1: torch.Tensor, s2: torch.Tensor, step: int,
         errors.append(f"step {step}: your rank's backward did not reach the last block ({exc})")
 
 
+def owners(sizes: list[int], world_size: int) -> list[int]:
+    """shard_owners' rule: each parameter to the rank owning the fewest elements so far."""
+    held, found = [0] * world_size, []
+    for size in sizes:
+        rank = min(range(world_size), key=lambda r: (held[r], r))
+        found.append(rank)
+        held[rank] += size
+    return found
+
+
+def zero1(seat, widths: list[int], state: dict, owned_by: list[int], lr: float,
+          betas: list[float], eps: float, shards: list) -> dict:
+    """`zero1_adam`: the gradients averaged as `averaged` checks, then every parameter
+    broadcast from its owner (`owned_by`, in `parameters()` order). This rank's Adam runs over
+    every parameter (Adam is elementwise: the same values as a sharded one), so each value the
+    student's rank broadcasts for a parameter it owns is checked against Adam's update."""
+    join_group(seat)
+    model = probes.built(widths, state)
+    adam = torch.optim.Adam(model.parameters(), lr=lr, betas=tuple(betas), eps=eps)
+    names = _names(model)
+    parameters = list(model.parameters())
+    for step in range(len(shards[seat.rank])):
+        own, expected = _shares(seat, model, shards, step)
+        for i, parameter in enumerate(parameters):
+            seat.note(f"step {step}: all_reduce #{i}, the gradient of {names[parameter]} "
+                      f"({parameter.numel()} float32), in the order of model.parameters()")
+            if failure := _exchange(seat, [parameter], own, expected, step, names):
+                return {"failure": failure}
+        adam.step()
+        for i, (parameter, owner) in enumerate(zip(parameters, owned_by, strict=True)):
+            seat.note(f"step {step}: broadcast #{i}, {names[parameter]} from rank {owner}, "
+                      f"its owner")
+            value = parameter.detach().clone()
+            received = value if owner == seat.rank else torch.empty_like(value)
+            posted(seat, dist.broadcast(received, owner, async_op=True))
+            error = float((received - value).abs().max())
+            if owner != seat.rank and error > TOLERANCE * (1 + float(value.abs().max())):
+                return {"failure": f"step {step}: the value of {names[parameter]} that your "
+                                   f"rank broadcast (it owns it) is not Adam's update of it "
+                                   f"(off by up to {error:.3g})"}
+        if failure := _end_of_step(seat, step):
+            return {"failure": failure}
+    return {"final": _final(model)}
+
+
 # ------------------------------------------------------------------------------- helpers
 
 

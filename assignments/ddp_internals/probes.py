@@ -138,3 +138,21 @@ def train_overlapped(mod: Any, rank: int, world_size: int, port: int, widths: li
         optimizer.step()
         end_of_step(step)
     return {"final": _final(model)}
+
+
+def train_zero1(mod: Any, rank: int, world_size: int, port: int, widths: list[int],
+                state: dict, owners: list[int], lr: float, betas: tuple[float, float],
+                eps: float, own: list) -> dict:
+    """Adam steps with the student's `zero1_adam` on this rank's share of each batch; what
+    its optimizer holds (the names of its parameters, how many have state)."""
+    _join(rank, world_size, port)
+    model = built(widths, state)
+    optimizer, step = mod.zero1_adam(model, owners, lr, tuple(betas), eps)
+    for index, (x, y) in enumerate(own):
+        model.zero_grad()
+        loss_of(model, x, y).backward()
+        step()
+        end_of_step(index)
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return {"final": _final(model), "stated": len(optimizer.state),
+            "owned": [name for name, p in model.named_parameters() if id(p) in held]}

@@ -131,3 +131,32 @@ def test_bucketed_gradient_sync_fills_buckets_up_to_the_cap(student):
     cap = case["rng"].uniform(max(sizes), max(max(sizes) + 1, sum(sizes) / 2))
     results = run_overlapped(student, case, None, cap)
     assert len(results.observed["collectives"][0]) >= 2
+
+
+@pytest.mark.weight(3)
+def test_zero1_adam_trains_as_adam_with_a_shard_of_the_state(student):
+    """zero1_adam: averaged gradients, Adam on its own shard, each parameter from its owner"""
+    case = scenario()
+    rng = case["rng"]
+    names = list(case["state"])
+    # Any partition will do (shard_owners' own is graded on its own): drawn, each rank some.
+    owners = [rng.randrange(WORLD_SIZE) for _ in names]
+    first, second = rng.sample(range(len(names)), 2)
+    owners[first], owners[second] = 0, 1
+    betas, eps = [rng.uniform(0.8, 0.95), rng.uniform(0.95, 0.999)], 10 ** rng.uniform(-8, -6)
+    lr = rng.uniform(0.005, 0.05)
+    results = student.run_ranks(
+        probes.train_zero1, WORLD_SIZE, case["widths"], case["state"], owners, lr, betas, eps,
+        per_rank=ranks_of(case),
+        observer=observe(observers.zero1, case["widths"], case["state"], owners, lr, betas,
+                         eps, case["shards"], rank=case["observer"]))
+    assert_ranks_met(results, WORLD_SIZE, "zero1_adam")
+    check_final(results, results.observed, "zero1_adam")
+    mine = 1 - case["observer"]
+    wanted = [name for name, owner in zip(names, owners, strict=True) if owner == mine]
+    report = results[0]
+    assert report["owned"] == wanted, (
+        f"zero1_adam: rank {mine}'s optimizer must hold exactly the parameters it owns "
+        f"({', '.join(wanted)}), not {', '.join(map(str, report['owned'])) or 'none'}")
+    assert report["stated"] == len(wanted), (
+        "zero1_adam: the optimizer must hold Adam's state for its own parameters only")

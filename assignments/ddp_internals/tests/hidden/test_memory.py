@@ -1,8 +1,10 @@
-"""Part B: memory_per_rank, by value, for drawn sizes."""
+"""Part B: sharding by value, for drawn sizes: memory_per_rank and shard_owners."""
 
 import pytest
 
 from autograder.testing import drawn, raises_student
+
+import observers
 
 STRATEGIES = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
               "zero3": ("optimizer", "grads", "params")}
@@ -47,3 +49,18 @@ def test_memory_per_rank_other_sizes_and_unknown_strategies(student):
                "optimizer_bytes": sizes["optimizer"]})
     with raises_student("ValueError", "an unknown strategy must raise ValueError"):
         student.memory_per_rank(1000, 4, rng.choice(["zero4", "fsdp", "DDP"]))
+
+
+@pytest.mark.weight(2)
+def test_shard_owners_balances_greedily(student):
+    """shard_owners: each parameter to the rank owning the fewest elements so far"""
+    rng = drawn()
+    for _ in range(4):
+        world_size = rng.randint(2, 8)
+        # Sizes from a few values: ties between ranks, which the lowest rank wins.
+        choices = [rng.randint(1, 5000) for _ in range(3)]
+        sizes = [rng.choice(choices) for _ in range(rng.randint(world_size + 1, 30))]
+        expected = observers.owners(sizes, world_size)
+        got = student.shard_owners(sizes, world_size)
+        assert got == expected, (
+            f"shard_owners({sizes}, {world_size}) should be {expected}, got {got}")
