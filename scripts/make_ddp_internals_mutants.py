@@ -141,8 +141,9 @@ MUTANTS: list[tuple] = [
      "            dist.broadcast(parameter.data, src=0)\n"),
     ("zero1_local_gradients", "zero1_adam", "steps on its own rank's gradients",
      [ZERO1],
-     "        average_gradients(model)\n        optimizer.step()\n",
-     "        optimizer.step()\n"),
+     "            grad.div_(world_size)  # (average_gradients' collectives)\n"
+     "            dist.all_reduce(grad)\n",
+     "            pass\n"),
     ("memory_zero2_keeps_grads", "memory_per_rank", "ZeRO-2 does not split the gradients",
      [MIXED, OTHER],
      '"zero2": ("optimizer", "grads")', '"zero2": ("optimizer",)'),

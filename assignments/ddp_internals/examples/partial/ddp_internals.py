@@ -172,7 +172,10 @@ def zero1_adam(model: nn.Module, owners: list[int], lr: float,
     optimizer = torch.optim.Adam(own, lr=lr, betas=betas, eps=eps)
 
     def step() -> None:
-        average_gradients(model)
+        world_size = dist.get_world_size()
+        for grad in [p.grad for p in parameters if p.grad is not None]:
+            grad.div_(world_size)  # (average_gradients' collectives)
+            dist.all_reduce(grad)
         optimizer.step()
         for parameter, owner in zip(parameters, owners, strict=True):
             dist.broadcast(parameter.data, src=owner)
