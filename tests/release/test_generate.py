@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 # What a project holds: its config, sources, committed generated files and generator scripts.
 PROJECT = ["grading.yml", "Makefile", "assignments", "schemas", "docs", "student_templates",
-           "scripts/make_mutants.py", "scripts/make_ddp_training_mutants.py"]
+           *yaml.safe_load((ROOT / "grading.yml").read_text())["generators"]]
 # One committed generated file of each kind, and how to spoil it.
 EDITS = {
     "student_templates/dp_basics/answers.schema.json": lambda t: t.replace('"B"', '"Z"', 1),
