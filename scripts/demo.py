@@ -65,10 +65,10 @@ def demo(name: str) -> int:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     print(f"\nOpen {out.relative_to(ROOT)}/reports/<submission>/report.html for what each "
           f"student is shown, {out.relative_to(ROOT)}/staff/<submission>/ for everything.")
-    release = report.release or {}
-    if release.get("withheld"):
-        print(f"The table is the staff's. Until {release.get('results_shown_at') or 'a due date'}"
-              f" the students' files withhold the multiple choice ({release['withheld']} "
+    release = report.release
+    if release is not None and release.withheld:
+        print(f"The table is the staff's. Until {release.results_shown_at or 'a due date'}"
+              f" the students' files withhold the multiple choice ({release.withheld} "
               "results) and count the coding part alone (docs/submission.md: When results are "
               "shown).")
 
