@@ -39,8 +39,8 @@ def averaged(seat, widths: list[int], state: dict, lr: float, shards: list,
         own, expected = _shares(seat, model, shards, step)
         with_grad = [p for p in model.parameters() if p.requires_grad]
         for i, parameter in enumerate(with_grad):
-            seat.note(f"step {step}: all_reduce #{i}, the gradient of {names[parameter]} "
-                      f"({parameter.numel()} float32), in the order of model.parameters()")
+            seat.note(f"step {step}: all_reduce #{i}, {_what([parameter], names)}, in the "
+                      f"order of model.parameters()")
             failure = _exchange(seat, [parameter], own, expected, step, names)
             if failure:
                 return {"failure": failure}
@@ -166,8 +166,8 @@ def zero1(seat, widths: list[int], state: dict, owned_by: list[int], lr: float,
     for step in range(len(shards[seat.rank])):
         own, expected = _shares(seat, model, shards, step)
         for i, parameter in enumerate(parameters):
-            seat.note(f"step {step}: all_reduce #{i}, the gradient of {names[parameter]} "
-                      f"({parameter.numel()} float32), in the order of model.parameters()")
+            seat.note(f"step {step}: all_reduce #{i}, {_what([parameter], names)}, in the "
+                      f"order of model.parameters()")
             if failure := _exchange(seat, [parameter], own, expected, step, names):
                 return {"failure": failure}
         adam.step()
