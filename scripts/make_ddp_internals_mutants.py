@@ -37,6 +37,11 @@ OWNERS = "shard_owners: each parameter to the rank owning the fewest elements so
 ZERO1 = "zero1_adam: averaged gradients, Adam on its own shard"
 MIXED = "memory_per_rank: mixed-precision Adam"
 OTHER = "memory_per_rank: other byte sizes"
+FSDP = "fsdp2_shard: each block, then the root"
+FSDP_DTYPE = "fsdp2_shard: parameters gathered in bfloat16"
+WHOLE = "full_state_dict: on rank 0, every parameter whole"
+EMPTY = "full_state_dict: other ranks take part in the gathering"
+HOOK = "bf16_compression_hook: each bucket sent in bfloat16"
 MUTANTS: list[tuple] = [
     ("average_no_division", "average_gradients", "sums the gradients without dividing them",
      [AVERAGE, SKIPS],
@@ -153,6 +158,61 @@ MUTANTS: list[tuple] = [
     ("memory_bits_not_bytes", "memory_per_rank", "counts bits, not bytes",
      [MIXED, OTHER],
      "    held = {part: num_params * size /", "    held = {part: 8 * num_params * size /"),
+    ("fsdp_root_only", "fsdp2_shard", "shards the root only, not each block",
+     [FSDP, FSDP_DTYPE],
+     "    for block in blocks:\n        fully_shard(block, mp_policy=policy)\n", ""),
+    ("fsdp_blocks_only", "fsdp2_shard", "shards each block but not the root",
+     [FSDP, FSDP_DTYPE],
+     "    fully_shard(model, mp_policy=policy)\n", ""),
+    ("fsdp_not_sharded", "fsdp2_shard", "returns the model unsharded",
+     [FSDP, FSDP_DTYPE],
+     "    for block in blocks:\n        fully_shard(block, mp_policy=policy)\n"
+     "    fully_shard(model, mp_policy=policy)\n", ""),
+    ("fsdp_blocks_stay_gathered", "fsdp2_shard",
+     "keeps the blocks' parameters gathered after forward (reshard_after_forward=False)",
+     [FSDP, FSDP_DTYPE],
+     "        fully_shard(block, mp_policy=policy)\n",
+     "        fully_shard(block, mp_policy=policy, reshard_after_forward=False)\n"),
+    ("fsdp_ignores_dtype", "fsdp2_shard", "ignores param_dtype",
+     [FSDP_DTYPE],
+     "    policy = MixedPrecisionPolicy() if param_dtype is None else \\\n"
+     "        MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)\n",
+     "    policy = MixedPrecisionPolicy()\n"),
+    ("fsdp_reduces_in_bf16", "fsdp2_shard", "reduces the gradients in param_dtype too",
+     [FSDP_DTYPE],
+     "MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)",
+     "MixedPrecisionPolicy(param_dtype=param_dtype)"),
+    ("state_on_every_rank", "full_state_dict", "returns the whole state dict on every rank",
+     [EMPTY],
+     "StateDictOptions(full_state_dict=True, cpu_offload=True)",
+     "StateDictOptions(full_state_dict=True)"),
+    ("state_sharded", "full_state_dict", "returns the model's own state dict of DTensors",
+     [WHOLE, EMPTY],
+     "    return get_model_state_dict(model, options=options)\n",
+     "    return model.state_dict()\n"),
+    ("state_local_shards", "full_state_dict", "returns each rank's own shards",
+     [WHOLE, EMPTY],
+     "    return get_model_state_dict(model, options=options)\n",
+     "    return {name: value.to_local() for name, value in model.state_dict().items()}\n"),
+    ("state_rank_0_alone", "full_state_dict", "only rank 0 takes part in the gathering",
+     [EMPTY],
+     "    options = StateDictOptions(full_state_dict=True, cpu_offload=True)\n",
+     "    if dist.get_rank() != 0:\n        return {}\n"
+     "    options = StateDictOptions(full_state_dict=True, cpu_offload=True)\n"),
+    ("hook_float16", "bf16_compression_hook", "compresses to float16 instead of bfloat16",
+     [HOOK],
+     "    compressed = buffer.to(torch.bfloat16)", "    compressed = buffer.to(torch.float16)"),
+    ("hook_no_compression", "bf16_compression_hook", "sends the gradients in float32",
+     [HOOK],
+     "    compressed = buffer.to(torch.bfloat16).div_", "    compressed = buffer.clone().div_"),
+    ("hook_no_division", "bf16_compression_hook", "never divides by the world size",
+     [HOOK],
+     "    compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())\n",
+     "    compressed = buffer.to(torch.bfloat16)\n"),
+    ("hook_no_copy_back", "bf16_compression_hook",
+     "returns the bucket's buffer without the averages",
+     [HOOK],
+     "        return buffer.copy_(future.value()[0])\n", "        return buffer\n"),
 ]
 
 # Correct solutions written differently: each must get every point of its functions.
@@ -170,6 +230,18 @@ ALTS: list[tuple] = [
      '    split = {f"zero{stage}": ("optimizer", "grads", "params")[:stage]\n'
      "             for stage in (1, 2, 3)}\n"
      '    split["ddp"] = ()\n'),
+    ("alt_gathered_by_hand",
+     "# ALT: correct, written otherwise: the state dict gathered with DTensor.full_tensor and\n"
+     "# kept on rank 0; the hook decompressing with .float() before the copy.\n",
+     "    options = StateDictOptions(full_state_dict=True, cpu_offload=True)\n"
+     "    return get_model_state_dict(model, options=options)\n",
+     "    from torch.distributed.tensor import DTensor\n"
+     "    whole = {name: value.full_tensor() if isinstance(value, DTensor) else value\n"
+     "             for name, value in model.state_dict().items()}\n"
+     "    if dist.get_rank() != 0:\n        return {}\n"
+     "    return {name: value.detach().cpu() for name, value in whole.items()}\n",
+     "        return buffer.copy_(future.value()[0])\n",
+     "        buffer.copy_(future.value()[0].float())\n        return buffer\n"),
 ]
 
 # The demo's partly correct example: a few of the mistakes above, and half of the key.

@@ -16,12 +16,17 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
-from autograder.runner.observe import Unanswered, join_group, posted
+from autograder.runner.observe import Unanswered, join_group, posted, wait_at_most
 
 import probes
 
 TOLERANCE = 1e-5
+# (Comparisons are written `not error <= tolerance`: NaN, which a student's rank can send,
+# fails them.)
 
 
 def averaged(seat, widths: list[int], state: dict, lr: float, shards: list,
@@ -178,7 +183,7 @@ def zero1(seat, widths: list[int], state: dict, owned_by: list[int], lr: float,
             received = value if owner == seat.rank else torch.empty_like(value)
             posted(seat, dist.broadcast(received, owner, async_op=True))
             error = float((received - value).abs().max())
-            if owner != seat.rank and error > TOLERANCE * (1 + float(value.abs().max())):
+            if owner != seat.rank and not error <= TOLERANCE * (1 + float(value.abs().max())):
                 return {"failure": f"step {step}: the value of {names[parameter]} that your "
                                    f"rank broadcast (it owns it) is not Adam's update of it "
                                    f"(off by up to {error:.3g})"}
@@ -187,7 +192,117 @@ def zero1(seat, widths: list[int], state: dict, owned_by: list[int], lr: float,
     return {"final": _final(model)}
 
 
+def fsdp2(seat, widths: list[int], state: dict, lr: float, shards: list,
+          param_dtype: str | None, per_block: bool) -> dict:
+    """`fsdp2_shard` (`per_block`: each block, then the root) or the model as one unit (the
+    root only: `full_state_dict`'s scenarios). This rank runs torch's FSDP2 itself, as the
+    docstring says, so each all-gather and reduce-scatter the student's rank posts must match
+    its own in order, size and dtype. Then the whole state dict is gathered here too and
+    checked against training on the whole batch."""
+    join_group(seat)
+    wait_at_most(seat)
+    model = probes.built(widths, state)
+    dtype = None if param_dtype is None else getattr(torch, param_dtype)
+    policy = MixedPrecisionPolicy() if dtype is None else \
+        MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    units = "each block, then the root" if per_block else "the whole model as one unit"
+    if per_block:
+        for block in model.blocks:
+            fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    gathered = "float32" if dtype is None else param_dtype
+    for step, (x, y) in enumerate(shards[seat.rank]):
+        seat.note(f"step {step}: FSDP2's forward and backward, sharded as {units} with "
+                  f"fully_shard's defaults: parameters all-gathered in {gathered}, gradients "
+                  f"reduce-scattered in float32")
+        optimizer.zero_grad()
+        probes.loss_of(model, x, y).backward()
+        optimizer.step()
+        if failure := _end_of_step(seat, step):
+            return {"failure": failure}
+    seat.note("gathering the whole state dict (an all-gather per entry of state_dict(), on "
+              "every rank)")
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    tolerance = TOLERANCE if dtype is None else 2e-2
+    for name, value in _whole_batch(widths, state, lr, shards).items():
+        error = float((full[name] - value).abs().max())
+        if not error <= tolerance * (1 + float(value.abs().max())):
+            return {"failure": f"after the steps, {name} differs from training on the whole "
+                               f"batch (off by up to {error:.3g})"}
+    return {"final": {name: value.flatten().tolist() for name, value in full.items()}}
+
+
+def compressed(seat, widths: list[int], state: dict, lr: float, shards: list,
+               bucket_cap_mb: float) -> dict:
+    """`bf16_compression_hook`: torch's DDP here too, with the same buckets, and a hook of this
+    rank's that sends its own share (its bucket in bfloat16, divided by the world size) and
+    checks what the student's rank sent, the rest of the sum: its gradients in bfloat16
+    divided by the world size."""
+    join_group(seat)
+    wait_at_most(seat)
+    model = probes.built(widths, state)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    names = _names(model)
+    world = seat.world_size
+    now: dict = {}
+    failures: list[str] = []
+
+    def hook(_, bucket):  # (no annotations: DDP checks them, and these would be strings)
+        step, group, buffer = now["step"], bucket.parameters(), bucket.buffer()
+        mine = buffer.to(torch.bfloat16).div_(world)
+        total = mine.clone()
+        what = _what(group, names, "bfloat16")
+        seat.note(f"step {step}: the all_reduce of DDP's bucket #{bucket.index()}, {what}")
+        try:
+            posted(seat, dist.all_reduce(total, async_op=True))
+        except Unanswered as exc:
+            failures.append(f"the grader's own rank got no matching collective from your "
+                            f"ranks at: step {step}: DDP's bucket #{bucket.index()}, {what} "
+                            f"({exc})")
+            raise
+        sent = total.float() - mine.float()
+        wanted = torch.cat([now["others"][p].flatten() for p in group])
+        # One bfloat16 rounding of the sum: within half a unit in the last place of it.
+        off = (sent - wanted).abs() - 2 ** -7 * total.float().abs()
+        if not float(off.max()) <= 1e-9:
+            failures.append(_compression_error(sent, wanted, total, world, step,
+                                               f"DDP's bucket #{bucket.index()} ({what})"))
+            raise RuntimeError(failures[-1])
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(buffer.copy_(total))
+        return future
+
+    ddp.register_comm_hook(None, hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    try:
+        for step, (x, y) in enumerate(shards[seat.rank]):
+            now.update(step=step, others=_others_in_bf16(seat, model, widths, shards, step))
+            optimizer.zero_grad()
+            probes.loss_of(ddp, x, y).backward()
+            optimizer.step()
+            if failure := _end_of_step(seat, step):
+                return {"failure": failure}
+    except Exception:
+        if failures:
+            return {"failure": failures[0]}
+        raise
+    return {"final": _final(model)}
+
+
 # ------------------------------------------------------------------------------- helpers
+
+
+def _compression_error(sent: torch.Tensor, wanted: torch.Tensor, total: torch.Tensor,
+                       world: int, step: int, where: str) -> str:
+    undivided = (sent - wanted * world).abs() - 2 ** -7 * world * total.float().abs()
+    if float(undivided.max()) <= 1e-9:
+        return f"step {step}: your rank sent {where} without dividing by the world size first"
+    later = (" (after a first step that was right: did the hook's future copy the averages "
+             "back into bucket.buffer()?)" if step else "")
+    return (f"step {step}: what your rank sent in {where} is not its gradients in bfloat16 "
+            f"divided by the world size (off by up to {float((sent - wanted).abs().max()):.3g})"
+            f"{later}")
 
 
 def _names(model: torch.nn.Module) -> dict:
@@ -232,7 +347,7 @@ def _exchange(seat, group: list, own: dict, expected: dict, step: int,
     sent, wanted = total - mine, torch.cat([expected[p].flatten() for p in group])
     scale = 1 + float(wanted.abs().max())
     error = float((sent - wanted).abs().max())
-    if error > TOLERANCE * scale:
+    if not error <= TOLERANCE * scale:
         what = _what(group, names)
         if float((sent - wanted * seat.world_size).abs().max()) <= \
                 TOLERANCE * scale * seat.world_size:
@@ -251,11 +366,39 @@ def _exchange(seat, group: list, own: dict, expected: dict, step: int,
     return None
 
 
-def _what(group: list, names: dict) -> str:
+def _what(group: list, names: dict, dtype: str = "float32") -> str:
     if len(group) == 1:
-        return f"the gradient of {names[group[0]]} ({group[0].numel()} float32)"
+        return f"the gradient of {names[group[0]]} ({group[0].numel()} {dtype})"
     listed = ", ".join(names[p] for p in group)
-    return f"the bucket of {listed} ({sum(p.numel() for p in group)} float32)"
+    return f"the bucket of {listed} ({sum(p.numel() for p in group)} {dtype})"
+
+
+def _whole_batch(widths: list[int], state: dict, lr: float, shards: list) -> dict:
+    """The parameters after SGD on every step's whole batch (the ranks' shares, averaged)."""
+    model = probes.built(widths, state)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for step in range(len(shards[0])):
+        grads = [_gradients(model, *shards[rank][step]) for rank in range(len(shards))]
+        for parameter in model.parameters():
+            parameter.grad = sum(g[parameter] for g in grads) / len(grads)
+        optimizer.step()
+    return {name: value.detach() for name, value in model.state_dict().items()}
+
+
+def _others_in_bf16(seat, model: torch.nn.Module, widths: list[int], shards: list,
+                    step: int) -> dict:
+    """What the other ranks send together for each parameter, in bfloat16 (as floats), at
+    this step: computed on a copy of the model (DDP's own hooks are on this one)."""
+    copy = probes.built(widths, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    by_name = dict(copy.named_parameters())
+    others = {p: torch.zeros_like(p) for p in model.parameters()}
+    for rank in range(seat.world_size):
+        if rank != seat.rank:
+            grads = _gradients(copy, *shards[rank][step])
+            for name, parameter in model.named_parameters():
+                sent = grads[by_name[name]].to(torch.bfloat16).div_(seat.world_size)
+                others[parameter] += sent.float()
+    return others
 
 
 def _buckets(model: torch.nn.Module, cap_bytes: float) -> list[list]:

@@ -24,6 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 # The rank scenarios' own waits: longer than any honest step, shorter than the call's limit.
 GROUP_TIMEOUT = datetime.timedelta(seconds=60)
@@ -156,3 +159,62 @@ def train_zero1(mod: Any, rank: int, world_size: int, port: int, widths: list[in
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     return {"final": _final(model), "stated": len(optimizer.state),
             "owned": [name for name, p in model.named_parameters() if id(p) in held]}
+
+
+def train_fsdp2(mod: Any, rank: int, world_size: int, port: int, widths: list[int],
+                state: dict, lr: float, param_dtype: str | None, own: list) -> dict:
+    """SGD steps on the model sharded by the student's `fsdp2_shard` (its blocks, then the
+    root; `param_dtype` a torch dtype's name or None), then torch's gather of the whole state
+    dict on every rank, which the grader's rank takes part in."""
+    _join(rank, world_size, port)
+    model = built(widths, state)
+    dtype = None if param_dtype is None else getattr(torch, param_dtype)
+    model = mod.fsdp2_shard(model, list(model.blocks), dtype)
+    _train_sharded(model, lr, own)
+    get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    return {}
+
+
+def gather_fsdp2(mod: Any, rank: int, world_size: int, port: int, widths: list[int],
+                 state: dict, lr: float, own: list) -> dict:
+    """SGD steps on the model sharded by FSDP2 as one unit (the root only), then the student's
+    `full_state_dict`: what it returned on this rank."""
+    _join(rank, world_size, port)
+    model = built(widths, state)
+    fully_shard(model)
+    _train_sharded(model, lr, own)
+    got = mod.full_state_dict(model)
+    if not isinstance(got, dict):
+        return {"state": type(got).__name__}
+    return {"state": {str(name): value.detach().clone() if type(value) is torch.Tensor
+                      else type(value).__name__ for name, value in got.items()}}
+
+
+def _train_sharded(model: nn.Module, lr: float, own: list) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for step, (x, y) in enumerate(own):
+        optimizer.zero_grad()
+        loss_of(model, x, y).backward()
+        optimizer.step()
+        end_of_step(step)
+
+
+def train_compressed(mod: Any, rank: int, world_size: int, port: int, widths: list[int],
+                     state: dict, lr: float, bucket_cap_mb: float, own: list) -> dict:
+    """SGD steps of torch's DDP (buckets of `bucket_cap_mb`) with the student's
+    `bf16_compression_hook` as its communication hook."""
+    _join(rank, world_size, port)
+    model = built(widths, state)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+
+    def hook(state, bucket):  # (no annotations: DDP checks them, and these would be strings)
+        return mod.bf16_compression_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    for step, (x, y) in enumerate(own):
+        optimizer.zero_grad()
+        loss_of(ddp, x, y).backward()
+        optimizer.step()
+        end_of_step(step)
+    return {"final": _final(model)}

@@ -73,6 +73,14 @@ def join_group(seat: Seat, backend: str = "gloo") -> None:
                             timeout=datetime.timedelta(seconds=seat.timeout))
 
 
+def wait_at_most(seat: Seat) -> None:
+    """From now on, each blocking collective of the default group waits at most `seat.wait`
+    seconds: for an observer that runs torch's own DDP or FSDP2, whose collectives cannot go
+    through `posted`. Call it once the group is joined (meeting may take longer)."""
+    # (a private function of torch's, the one torchelastic uses to the same end)
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=seat.wait))
+
+
 def posted(seat: Seat, work: dist.Work) -> None:
     """Wait for an asynchronous collective (`async_op=True`) at most `seat.wait` seconds:
     Unanswered when the student's ranks did not match it in time or gloo ended it."""
@@ -82,17 +90,21 @@ def posted(seat: Seat, work: dist.Work) -> None:
         raise Unanswered(_first_line(exc)) from exc
 
 
-_DISTRIBUTED = str(Path(dist.__file__).parent) + os.sep
+# torch.distributed, and DDP's forward (torch.nn.parallel), which runs collectives too
+_DISTRIBUTED = tuple(str(Path(module.__file__).parent) + os.sep
+                     for module in (dist, torch.nn.parallel))
 
 
 def _from_torch_distributed(exc: BaseException) -> bool:
-    """Whether `exc` came out of torch.distributed (a blocking collective, the group's start):
-    gloo says a peer never came or left with a plain RuntimeError, so where it was raised
-    tells, not its class."""
+    """Whether `exc` is gloo's, out of torch's distributed code (a collective, the group's
+    start): gloo says a peer never came or left with a plain RuntimeError, so its way through
+    torch.distributed tells, not its class. (Through it, not from it: a DTensor's collective
+    is raised from torch's operator dispatch, called from torch.distributed.)"""
     if isinstance(exc, dist.DistError):
         return True
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and frames[-1].filename.startswith(_DISTRIBUTED)
+    return isinstance(exc, RuntimeError) and any(
+        frame.filename.startswith(_DISTRIBUTED) for frame in frames)
 
 
 def _first_line(exc: BaseException) -> str:

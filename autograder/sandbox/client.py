@@ -1214,7 +1214,7 @@ class Sandbox:
         def start(ports: list[int]) -> ObserverProcess:
             netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
             return ObserverProcess(observer, world_size, ports, store_host, netns,
-                                   output_dir / "observer", timeout)
+                                   output_dir / "observer", timeout, self.ids[0])
 
         observing = _Observing(start)
         try:
@@ -1231,8 +1231,11 @@ class Sandbox:
                 if process is not None:
                     process.kill()
                 raise
-            failure = process.finish(observer.wait + GRACE_SECONDS).failure()
-            if failure is None:
+            observed = process.finish(observer.wait + GRACE_SECONDS)
+            failure = observed.failure()
+            if failure is None or len(observed.notes) <= 1:
+                # (no failure of theirs, or none past the first note, joining: the student's
+                # ranks never met the observer, so their own error, say an import's, is why)
                 raise
             # What the student's code raised meanwhile, unless it was only torch.distributed
             # saying that its peer, the observer, had ended (a RuntimeError).

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 MODULE = 'ddp_internals'  # the assignment's module name; `autograder release` sets it in check.py
-FUNCTIONS = ('average_gradients', 'overlapped_gradient_sync', 'bucketed_gradient_sync', 'shard_owners', 'zero1_adam', 'memory_per_rank')  # the functions the grader scores; `autograder release` sets them in check.py
+FUNCTIONS = ('average_gradients', 'overlapped_gradient_sync', 'bucketed_gradient_sync', 'shard_owners', 'zero1_adam', 'memory_per_rank', 'fsdp2_shard', 'full_state_dict', 'bf16_compression_hook')  # the functions the grader scores; `autograder release` sets them in check.py
 
 ANSWER_FILE_NAMES = ("answers.yml", "answers.yaml", "answers.json")
 SCHEMA_NAME = "answers.schema.json"

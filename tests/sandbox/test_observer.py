@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from autograder.runner.observe import join_group, observe, posted
-from autograder.sandbox.client import ObservedFailure, SandboxTimeout
+from autograder.sandbox.client import ObservedFailure, SandboxTimeout, StudentError
 from autograder.sandbox.observer import Observed, ObserverBroken
 
 PROBES = """
@@ -103,8 +103,17 @@ def contribute(values):
     assert time.monotonic() - started < 30  # the observer's wait, not the call's time limit
 
 
-def test_a_rank_that_never_joins_fails_at_the_groups_start(make_sandbox, tmp_path):
+def test_a_rank_that_never_joins_fails_with_its_own_error(make_sandbox, tmp_path):
+    """The observer, still joining, saw nothing: what the student's rank raised is why (an
+    import's error, here a collective without a group)."""
     never_joins = PROBES.replace("dist.init_process_group(", "(lambda *a, **k: 0)(")
+    sandbox = make_sandbox(HONEST, never_joins)
+    with pytest.raises(StudentError, match="Default process group has not been initialized"):
+        run(sandbox, tmp_path, [1.0], wait=1.0)
+
+
+def test_a_rank_that_ends_without_joining_fails_at_the_groups_start(make_sandbox, tmp_path):
+    never_joins = PROBES.replace("dist.init_process_group(", "return (lambda *a, **k: 0)(")
     sandbox = make_sandbox(HONEST, never_joins)
     with pytest.raises(ObservedFailure, match="at: joining the scenario's process group"):
         run(sandbox, tmp_path, [1.0], wait=1.0)

@@ -1,4 +1,6 @@
-"""Part A: average_gradients and overlapped_gradient_sync.
+"""Part A: the gradients averaged by hand (average_gradients, overlapped_gradient_sync,
+bucketed_gradient_sync, zero1_adam); part C: FSDP2 (fsdp2_shard, full_state_dict) and DDP's
+communication hook (bf16_compression_hook).
 
 Each scenario is a process group of two ranks: one runs the student's code in the sandbox, the
 other is the grader's own (observers.py), which checks every collective the student's rank
@@ -40,9 +42,15 @@ def check_final(results, observed: dict, what: str) -> None:
     for name, values in observed["final"].items():
         got = final.get(name) if isinstance(final, dict) else None
         assert isinstance(got, torch.Tensor), f"{what}: the model lost its parameter {name}"
-        assert torch.allclose(got.flatten(), torch.tensor(values), atol=1e-5), (
+        assert close(got, values), (
             f"{what}: after the steps, {name} differs from training on the whole batch "
             f"(the averaged gradients must be what the optimizer steps on)")
+
+
+def close(got: torch.Tensor, values: list) -> bool:
+    """`got` holds `values` (float32, within 1e-5): any other dtype, size or NaN is not."""
+    return got.dtype == torch.float32 and got.numel() == len(values) and \
+        torch.allclose(got.flatten(), torch.tensor(values), atol=1e-5)
 
 
 def ranks_of(case: dict) -> list:
@@ -160,3 +168,79 @@ def test_zero1_adam_trains_as_adam_with_a_shard_of_the_state(student):
         f"({', '.join(wanted)}), not {', '.join(map(str, report['owned'])) or 'none'}")
     assert report["stated"] == len(wanted), (
         "zero1_adam: the optimizer must hold Adam's state for its own parameters only")
+
+
+def run_fsdp2(student, case: dict, param_dtype: str | None):
+    results = student.run_ranks(
+        probes.train_fsdp2, WORLD_SIZE, case["widths"], case["state"], case["lr"], param_dtype,
+        per_rank=ranks_of(case),
+        observer=observe(observers.fsdp2, case["widths"], case["state"], case["lr"],
+                         case["shards"], param_dtype, True, rank=case["observer"]))
+    assert_ranks_met(results, WORLD_SIZE, "fsdp2_shard")
+    assert results.observed["final"], "fsdp2_shard: the grader's rank gathered no state dict"
+
+
+@pytest.mark.weight(2)
+def test_fsdp2_shard_trains_as_the_whole_batch(student):
+    """fsdp2_shard: each block, then the root, sharded with FSDP2"""
+    run_fsdp2(student, scenario(), None)
+
+
+@pytest.mark.weight(2)
+def test_fsdp2_shard_computes_in_the_given_dtype(student):
+    """fsdp2_shard: parameters gathered in bfloat16, gradients reduced in float32"""
+    run_fsdp2(student, scenario(), "bfloat16")
+
+
+def run_full_state_dict(student, observer_rank: int):
+    """The student's full_state_dict on a model that FSDP2 shards as one unit; the grader's
+    rank gathers the same state dict and checks it against the whole batch's training."""
+    case = {**scenario(), "observer": observer_rank}
+    results = student.run_ranks(
+        probes.gather_fsdp2, WORLD_SIZE, case["widths"], case["state"], case["lr"],
+        per_rank=ranks_of(case),
+        observer=observe(observers.fsdp2, case["widths"], case["state"], case["lr"],
+                         case["shards"], None, False, rank=observer_rank))
+    assert_ranks_met(results, WORLD_SIZE, "full_state_dict")
+    return results[0]["state"], results.observed["final"]
+
+
+def test_full_state_dict_is_whole_on_rank_0(student):
+    """full_state_dict: on rank 0, every parameter whole, as plain tensors"""
+    got, final = run_full_state_dict(student, 1)
+    assert isinstance(got, dict), f"full_state_dict must return a dict, not {got}"
+    assert set(got) == set(final), (
+        f"full_state_dict on rank 0 must hold every entry of the state dict ({', '.join(final)}),"
+        f" not {', '.join(got) or 'none'}")
+    for name, values in final.items():
+        value = got[name]
+        assert isinstance(value, torch.Tensor), (
+            f"full_state_dict: {name} must be a plain torch.Tensor, not a {value}")
+        assert close(value, values), (
+            f"full_state_dict: {name} on rank 0 is not the whole trained parameter in float32 "
+            f"({value.numel()} {str(value.dtype).removeprefix('torch.')} values, for "
+            f"{len(values)})")
+
+
+def test_full_state_dict_is_empty_on_other_ranks(student):
+    """full_state_dict: other ranks take part in the gathering and get an empty dict"""
+    got, _ = run_full_state_dict(student, 0)
+    assert got == {}, (
+        f"full_state_dict on rank 1 must return an empty dict, not "
+        f"{'a dict of ' + str(len(got)) + ' entries' if isinstance(got, dict) else got}")
+
+
+@pytest.mark.weight(2)
+def test_bf16_compression_hook_sends_bfloat16_averages(student):
+    """bf16_compression_hook: each bucket sent in bfloat16, divided first, copied back"""
+    case = scenario()
+    sizes = [4 * t.numel() for t in case["state"].values()]
+    # Between the largest parameter and half of them all: DDP makes two buckets or more.
+    cap = case["rng"].uniform(max(sizes), max(max(sizes) + 1, sum(sizes) / 2)) / 2**20
+    results = student.run_ranks(
+        probes.train_compressed, WORLD_SIZE, case["widths"], case["state"], case["lr"], cap,
+        per_rank=ranks_of(case),
+        observer=observe(observers.compressed, case["widths"], case["state"], case["lr"],
+                         case["shards"], cap, rank=case["observer"]))
+    assert_ranks_met(results, WORLD_SIZE, "bf16_compression_hook")
+    check_final(results, results.observed, "bf16_compression_hook")

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 STEPS, LR = 3, 0.1
 
@@ -49,25 +50,38 @@ def rank_main(rank: int, world_size: int, port: int, how: str, out: str) -> None
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
     net = model()
+    state = None
     if how == "average":
         train(net, lambda: S.average_gradients(net), rank, world_size)
-    else:
+    elif how == "overlapped":
         train(net, S.overlapped_gradient_sync(net), rank, world_size)
+    elif how == "fsdp2":
+        S.fsdp2_shard(net, [net[0], net[2]])
+        train(net, lambda: None, rank, world_size)
+        state = S.full_state_dict(net)
+        assert (rank == 0) == bool(state), "the whole state dict is rank 0's only"
+    else:
+        ddp = DistributedDataParallel(net, bucket_cap_mb=0.0001)
+        ddp.register_comm_hook(None, S.bf16_compression_hook)
+        train(ddp, lambda: None, rank, world_size)
     if rank == 0:
-        torch.save(net.state_dict(), out)
+        torch.save(state or net.state_dict(), out)
     dist.barrier()
     os._exit(0)  # (gloo's teardown sometimes aborts a process: this check has no need of it)
 
 
-@pytest.mark.parametrize("how", ["average", "overlapped"])
-def test_two_ranks_train_as_the_whole_batch(tmp_path, how):
+# bf16_compression_hook sends gradients in bfloat16: close to the whole batch, not equal.
+@pytest.mark.parametrize("how,tolerance", [("average", 1e-5), ("overlapped", 1e-5),
+                                           ("fsdp2", 1e-5), ("bf16_hook", 1e-2)])
+def test_two_ranks_train_as_the_whole_batch(tmp_path, how, tolerance):
     out = str(tmp_path / "state.pt")
     mp.spawn(rank_main, args=(2, free_port(), how, out), nprocs=2)
     reference = model()
     train(reference, lambda: None, 0, 1)
     trained = torch.load(out)
     for name, value in reference.state_dict().items():
-        assert torch.allclose(trained[name], value, atol=1e-5), name
+        assert type(trained[name]) is torch.Tensor, f"{name}: a {type(trained[name])}"
+        assert torch.allclose(trained[name], value, atol=tolerance), name
 
 
 def test_memory_per_rank_ddp():
