@@ -23,11 +23,13 @@ import ctypes
 import json
 import os
 import re
+import resource
 import signal
 import socket
 from dataclasses import dataclass
 from typing import Protocol
 
+from autograder.sandbox.untrusted_parse import address_space
 from autograder.sandbox_runtime import wire
 
 # What the ranks' environment needs for `init_process_group` to be a client of this store.
@@ -35,9 +37,13 @@ AGENT_STORE_ENV = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART
 
 MAX_KEYS = 2000  # more than any honest scenario writes; past it the store counts as flooded
 MAX_KEY_CHARS = 300
+# What the store host may grow by: the student's ranks write what they like into its stores
+# (torch's C++ server), and it runs outside the sandbox's limits. Past it, the host fails.
+STORE_HOST_BYTES = 256 << 20
 
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _PR_SET_PDEATHSIG = 1
+_M_ARENA_MAX = -8
 # A gloo group's rendezvous: each rank writes its address under
 # `<group prefix><generation>//<device>//<pair index>/<rank>` (torch 2.13: "default_pg/0//cpu//0/1"
 # for a group made from an init_method, "0//cpu//0/1" for one given a store of its own,
@@ -198,6 +204,11 @@ def _host(channel: socket.socket, netns_pid: int | None, server: StoreServer) ->
         os.closerange(channel.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner
         enter_network(netns_pid)
+        # One malloc arena for all the servers' threads: each new arena reserves 64 MiB of
+        # address space, which the limit would count.
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
+        limit = address_space() + STORE_HOST_BYTES
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         _send(channel, {"ready": True})
     except BaseException as exc:  # noqa: BLE001 - the runner says what failed
         _answer_error(channel, exc)

@@ -95,7 +95,7 @@ def _child(fn: Callable[..., Any], args: tuple, limits: Limits, write_fd: int) -
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
         except (OSError, AttributeError):
             pass
-        _limit(resource.RLIMIT_AS, _address_space() + limits.memory_bytes)
+        _limit(resource.RLIMIT_AS, address_space() + limits.memory_bytes)
         _limit(resource.RLIMIT_CPU, limits.cpu_seconds)
         _limit(resource.RLIMIT_FSIZE, limits.file_bytes)
         try:
@@ -129,7 +129,8 @@ def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, hard))
 
 
-def _address_space() -> int:
+def address_space() -> int:
+    """This process's address space now, in bytes."""
     try:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
