@@ -12,7 +12,7 @@ import torch
 from autograder.sandbox.client import SandboxFailure, SandboxUnavailable, StudentError
 from autograder.sandbox.isolation import detect
 from autograder.sandbox.processes import gpu_device_present
-from autograder.sandbox.rendezvous import MAX_KEYS, StoreView
+from autograder.sandbox.rendezvous import MAX_KEYS, STORE_HOST_BYTES, StoreView
 
 pytestmark = pytest.mark.slow  # (first in parallel runs: tests/conftest.py)
 
@@ -262,6 +262,15 @@ def rank_flood(mod, rank, world_size, port, keys, tail):
     store.get(f"flood/{rank}/{keys - 1}/{tail}")
     return {"wrote": keys}
 
+def rank_bloat(mod, rank, world_size, port, megabytes):
+    import datetime, torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=30))
+    chunk = b"x" * (4 << 20)
+    for i in range(megabytes // 4):
+        store.set(f"bloat/{rank}/{i}", chunk)
+    store.get(f"bloat/{rank}/{megabytes // 4 - 1}")
+    return {"wrote": megabytes}
+
 def rank_crash(mod, rank, world_size, port):
     import os
     if rank == 1:
@@ -381,6 +390,17 @@ def test_a_store_flooded_with_keys_shows_no_rendezvous_and_the_next_one_is_fresh
     after = sandbox.run_ranks("rank_group", 2, (), 60, tmp_path, "add", stores=2)
     assert sandbox._store_host is not host
     assert not after.stores[0].flooded and after.stores[0].ranks_met() == [0, 1]
+
+
+def test_ranks_cannot_grow_the_graders_store_host_past_its_bound(make_sandbox, tmp_path):
+    """The store host runs outside the sandbox's limits, and the ranks write what they like
+    into its stores: past STORE_HOST_BYTES it fails (the ranks' writes with it), not the
+    grader, and the next scenario gets a new host."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    with pytest.raises(StudentError, match="bloat|Broken pipe|Connection|store"):
+        sandbox.run_ranks("rank_bloat", 2, (STORE_HOST_BYTES >> 20,), 60, tmp_path, "add")
+    after = sandbox.run_ranks("rank_group", 2, (), 60, tmp_path, "add", stores=2)
+    assert after.stores[0].ranks_met() == [0, 1]
 
 
 def test_a_crashing_rank_is_reported(make_sandbox, tmp_path):
