@@ -30,8 +30,10 @@ Exit status:
        mismatch, a release self-check, a student folder's check, grader errors in
        a batch, a generator that failed
   2    usage, configuration or assignment error (bad grading.yml, question bank,
-       hidden tests, missing folder), a grader that cannot isolate student code or
-       start its sandbox, or --require-gpu without a GPU
+       hidden tests, missing folder), a sandbox that cannot start, or
+       --require-gpu without a GPU
+  3    student code cannot be isolated on this machine: nothing was graded (the
+       error says how to fix the set-up)
   130  interrupted (Ctrl-C); run the same command again to resume a batch"""
 
 
@@ -45,10 +47,9 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
     from autograder.project.markers import MarkerError
     from autograder.project.question_bank import QuestionBankError
     from autograder.project.schemas import SchemaError
-    from autograder.sandbox.isolation import IsolationUnavailable
 
-    return (BatchError, ConfigError, GradebookError, GradingError, IsolationUnavailable,
-            MarkerError, QuestionBankError, RosterError, SchemaError)
+    return (BatchError, ConfigError, GradebookError, GradingError, MarkerError,
+            QuestionBankError, RosterError, SchemaError)
 
 
 class _Face(click.Group):
@@ -56,6 +57,7 @@ class _Face(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from autograder.release.build import ReleaseError
+        from autograder.sandbox.isolation import IsolationUnavailable
 
         try:
             return super().invoke(ctx)
@@ -65,6 +67,9 @@ class _Face(click.Group):
         except ReleaseError as exc:
             click.echo(f"error: {inert(str(exc))}", err=True)
             sys.exit(1)
+        except IsolationUnavailable as exc:
+            click.echo(f"error: {inert(str(exc))}", err=True)
+            sys.exit(IsolationUnavailable.EXIT_STATUS)
         except _usage_errors() as exc:
             click.echo(f"error: {inert(str(exc))}", err=True)
             sys.exit(2)
@@ -175,8 +180,8 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
     as the student may see them when graded (results shown after the due date are withheld
     before it, and counted in no total).
 
-    Refused (exit 2, nothing written) when student code cannot be isolated here or its sandbox
-    cannot start: the error says what failed and how to fix it."""
+    Refused (exit 3, nothing written) when student code cannot be isolated here, or exit 2
+    when its sandbox cannot start: the error says what failed and how to fix it."""
     from autograder.grading.grade import grade as grade_submission
 
     assignment = _assignment(assignment)
@@ -491,7 +496,7 @@ def batch(submissions: Path, assignment: str | None, out: Path, jobs: int, backe
           canvas_id: str | None, unsafe: bool, project: Project) -> None:
     """Grade a class: SUBMISSIONS is a Gradescope export (zip or folder) or a folder of
     per-student folders. Re-runs skip unchanged submissions; Ctrl-C stops, a re-run resumes.
-    Refused at once (exit 2) when student code cannot be isolated on this machine."""
+    Refused at once (exit 3) when student code cannot be isolated on this machine."""
     from autograder.batch.driver import BatchInterrupted
     from autograder.batch.driver import batch as run_batch
 

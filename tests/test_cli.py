@@ -201,7 +201,7 @@ def test_grade_refuses_when_the_isolation_asked_for_cannot_start(tmp_path):
                  str(out), "--config", str(TOY / "grading.yml"), env=env)
     if result.returncode == 0 and "isolation: uid;" in result.stdout:
         pytest.skip("uid mode works on this machine")
-    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.returncode == 3, (result.stdout, result.stderr)  # its own status
     assert "error: student code cannot be isolated here (AUTOGRADER_ISOLATION=uid" in \
         result.stderr and "To fix:" in result.stderr
     assert "Traceback" not in result.stderr and "total" not in result.stdout

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -212,22 +213,29 @@ def error_summary(error: str) -> str:
     return (said[0] if said else lines[-1] if lines else "unknown error")[:500]
 
 
-def _for_students(error: str) -> str:
+def _for_students(error: str, not_isolated: bool) -> str:
     """What the student reads of the error: a set-up that cannot isolate their code is named as
     such (its details, paths and uids, are for staff: extra_data and run_autograder's output)."""
-    from autograder.sandbox.isolation import REFUSED
-
-    if REFUSED in error:
+    if not_isolated:
         return ("the autograder is misconfigured: it cannot run submissions isolated here, so "
                 "it graded nothing. The course staff must fix its set-up.")
     return error_summary(error)
 
 
-def fallback_results(error: str, elapsed: float = 0.0) -> dict:
+@dataclass(frozen=True)
+class GradingFailed:
+    """Why `autograder grade` left no results: its error text (for staff), and whether it was
+    refused because student code cannot be isolated here (its exit status says so)."""
+
+    error: str
+    not_isolated: bool = False
+
+
+def fallback_results(error: str, elapsed: float = 0.0, not_isolated: bool = False) -> dict:
     """results.json for a submission the grader could not grade: valid, score 0, says why."""
     return {
         "score": 0.0, "execution_time": round(max(elapsed, 0.0), 3),
-        "output": f"{FALLBACK_MESSAGE}\n\nError: {_for_students(error)}",
+        "output": f"{FALLBACK_MESSAGE}\n\nError: {_for_students(error, not_isolated)}",
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden",
         "tests": [], "extra_data": {"autograder_error": error[-4000:]},
     }
@@ -261,8 +269,8 @@ def _write_json(path: Path, document: dict) -> None:
 
 
 def _grade(submission: Path, assignment: str, project: Project, results_dir: Path,
-           metadata_path: Path, staff_dir: Path) -> str | None:
-    """Run `autograder grade` in a child process; the error text, or None when it succeeded."""
+           metadata_path: Path, staff_dir: Path) -> GradingFailed | None:
+    """Run `autograder grade` in a child process; why it failed, or None when it succeeded."""
     command = [sys.executable, "-m", "autograder.cli", "grade", str(submission),
                "--assignment", assignment, "--out", str(results_dir),
                "--staff-out", str(staff_dir)]
@@ -283,10 +291,14 @@ def _grade(submission: Path, assignment: str, project: Project, results_dir: Pat
     # Gradescope keeps run_autograder's output for instructors (results/stdout).
     print(stdout, end="")
     print(stderr, end="", file=sys.stderr)
+    from autograder.sandbox.isolation import IsolationUnavailable
+
     if proc.returncode != 0:
-        return stderr.strip() or f"autograder grade exited with status {proc.returncode}"
+        return GradingFailed(
+            stderr.strip() or f"autograder grade exited with status {proc.returncode}",
+            proc.returncode == IsolationUnavailable.EXIT_STATUS)
     if not (results_dir / "results.json").is_file():
-        return "autograder grade wrote no results.json"
+        return GradingFailed("autograder grade wrote no results.json")
     return None
 
 
@@ -310,9 +322,9 @@ def _run(root: Path, assignment: str, project: Project, results: Path, staff: Pa
         results.unlink(missing_ok=True)
         metadata_path = root / "submission_metadata.json"
         names = submitter_names(metadata_path)
-        error = _grade(upload_path(root / "submission"), assignment, project, results.parent,
-                       metadata_path, staff)
-        if error is None:
+        failed = _grade(upload_path(root / "submission"), assignment, project, results.parent,
+                        metadata_path, staff)
+        if failed is None:
             from autograder.project.schemas import validate
 
             document = json.loads(results.read_text(encoding="utf-8"))
@@ -323,11 +335,12 @@ def _run(root: Path, assignment: str, project: Project, results: Path, staff: Pa
             _print_status(results.parent, staff, None)
             return 0
     except Exception:  # anything at all: the student must still get a results.json
-        error = traceback.format_exc()
-    print(f"run_autograder: grading failed, writing a fallback results.json:\n{error}",
+        failed = GradingFailed(traceback.format_exc())
+    print(f"run_autograder: grading failed, writing a fallback results.json:\n{failed.error}",
           file=sys.stderr)
-    _write_json(results, fallback_results(error, time.monotonic() - started))
-    _print_status(results.parent, staff, error)
+    _write_json(results, fallback_results(failed.error, time.monotonic() - started,
+                                          failed.not_isolated))
+    _print_status(results.parent, staff, failed.error)
     return 1
 
 

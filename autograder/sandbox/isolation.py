@@ -51,6 +51,10 @@ class IsolationUnavailable(Exception):
     grader's set-up is at fault, never a submission. The message says what was asked, what
     failed and how to fix it (first line: what and why; then the fixes)."""
 
+    # The CLI's exit status for it: its own, so that a caller (run_autograder) tells it from
+    # the other errors by the status, not by the message.
+    EXIT_STATUS = 3
+
 
 @dataclass(frozen=True)
 class Isolation:

@@ -237,6 +237,9 @@ def test_a_grader_that_cannot_isolate_or_start_a_sandbox_asks_the_student_to_con
     assert "your code" not in results["output"]
     # The instructor (run_autograder's output, kept by Gradescope): what failed, how to fix it.
     assert told in output and "writing a fallback results.json" in output
+    # Told apart by `autograder grade`'s exit status: the set-up cannot isolate code at all.
+    misconfigured = "the autograder is misconfigured" in results["output"]
+    assert misconfigured == (broken != "sandbox cannot start")
     if broken != "sandbox cannot start":
         assert "To fix:" in output
 
