@@ -209,8 +209,8 @@ def grade(submission: Path, assignment: str | None, out: Path, require_gpu: bool
     click.echo(f"{'total':<16} {points(report.score):>7} / {points(report.max_score)}")
     for warning in report.warnings:  # inert already; again, as this is a terminal
         click.echo(f"note: {inert(warning)}")
-    click.echo(f"isolation: {report.environment.get('isolation', 'unknown')}; "
-               + "; ".join(report.environment.get("protections", [])))
+    click.echo(f"isolation: {report.environment.isolation}; "
+               + "; ".join(report.environment.protections))
     click.echo(f"reports: {out / 'report.html'} (and report.md, report.json, results.json)")
     release = report.release
     if release is not None and release.withheld:

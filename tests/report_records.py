@@ -3,7 +3,10 @@ real `Report` and `TestResult` records, with what the test does not care about f
 
 from __future__ import annotations
 
-from autograder.grading.results import PartScore, Report, TestResult
+from autograder.grading.results import GradingEnvironment, PartScore, Report, TestResult
+
+# Where a hand-made report was "graded": nowhere in particular, without isolation.
+AN_ENVIRONMENT = GradingEnvironment(0, "2.13.0", "3.11.7", "none", [], "reweight")
 
 
 def a_test(item: str = "add", status: str = "failed", cause: str | None = None,
@@ -31,4 +34,4 @@ def a_report(*tests: TestResult, warnings: list[str] | None = None,
     return Report("toy", "Toy", "submission",
                   round(sum(p.score for p in parts), 2) if score is None else score,
                   round(sum(p.max_score for p in parts), 2) if max_score is None else max_score,
-                  parts, list(tests), list(warnings or []), {}, **more)
+                  parts, list(tests), list(warnings or []), AN_ENVIRONMENT, **more)

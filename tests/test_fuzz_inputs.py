@@ -21,6 +21,7 @@ from hostile_inputs import ESCAPES, RAW_CONTROLS, encrypted, notebook_json, solu
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from repo_project import REPO
+from report_records import AN_ENVIRONMENT
 
 from autograder.grading.grade import _question_result, _submission_files
 from autograder.grading.notebook import NotebookError, extract_module
@@ -38,7 +39,6 @@ TOY_CONFIG = ROOT / "tests" / "fixtures" / "toy" / "grading.yml"
 GOOD = (ROOT / "tests" / "fixtures" / "toy" / "submissions" / "good" / "toy.py").read_text()
 TOY = load_assignment("toy", Project.of_config(TOY_CONFIG))
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
-ENVIRONMENT = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
 
 
 def fuzz(examples: int):
@@ -245,7 +245,7 @@ def test_any_folder_ends_in_a_report(entries):
         warnings = files.warnings + mc.warnings + ([files.module_problem]
                                                    if files.module_problem else [])
         tests = [_question_result(r, TOY) for r in mc.results]
-        report = build_report(TOY.config, root.name, tests, warnings, ENVIRONMENT, 0.1)
+        report = build_report(TOY.config, root.name, tests, warnings, AN_ENVIRONMENT, 0.1)
         out = Path(folder) / "out"
         write_outputs(report, out, REPO.schemas)
         for name in ("results.json", "report.json", "report.md", "report.html"):

@@ -24,7 +24,7 @@ from hostile_inputs import (
     zip_bytes,
 )
 from repo_project import REPO
-from report_records import a_report, a_test
+from report_records import AN_ENVIRONMENT, a_report, a_test
 
 from autograder.batch.gradebook import MAX_REPORT_CHARS, Gradebook
 from autograder.batch.local_workers import LineReader, LineTooLong
@@ -199,8 +199,7 @@ def test_reports_stay_under_their_cap_whatever_the_submission_printed(tmp_path, 
                         "m" * 50_000 + INJECTION, "visible", output=("p" * 99 + "\n") * 10_000,
                         feedback=["f" * 10_000] * 100) for i in range(8)]
     warnings = [f"note {i}: " + "w" * 10_000 + INJECTION for i in range(100_000)]
-    environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
-    report = build_report(toy.config, "sub" + INJECTION, tests, warnings, environment, 1.0)
+    report = build_report(toy.config, "sub" + INJECTION, tests, warnings, AN_ENVIRONMENT, 1.0)
     written = write_outputs(report, tmp_path, REPO.schemas)
     for name in ("results.json", "report.json", "report.md", "report.html"):
         text = (tmp_path / name).read_text(encoding="utf-8")

@@ -22,6 +22,7 @@ from autograder.grading.late import SubmissionDates, late_entry
 from autograder.grading.notebook import NotebookError, extract_module, module_state
 from autograder.grading.report import write_outputs
 from autograder.grading.results import (
+    GradingEnvironment,
     Report,
     TestResult,
     apply_late,
@@ -120,7 +121,7 @@ def _grade(submission: Path, assignment: Assignment, workdir: Path, started: flo
         warnings.append(f"coding part: {files.module_problem}")
     warnings += suite.warnings
     tests += coding_results(suite.outcomes, config, warnings, internal_names(assignment))
-    environment = {**suite.environment, "gpu_policy": config.gpu_policy}
+    environment = GradingEnvironment(**suite.environment, gpu_policy=config.gpu_policy)
     return build_report(config, submission.name, tests, warnings, environment,
                         time.monotonic() - started, files.graded_file), suite
 

@@ -85,6 +85,27 @@ class ReleaseRecord:
     withheld_points: float
 
 
+@dataclass(frozen=True)
+class GradingEnvironment:
+    """Where a submission was graded: the runner's machine (`gpus`, `torch`, `python`), how
+    student code was isolated and what that protects against, the course's GPU policy, and
+    how the tests' time budgets and the student's imports were timed."""
+
+    gpus: int
+    torch: str
+    python: str
+    isolation: str  # "namespaces" | "uid" | "none"
+    protections: list[str]
+    gpu_policy: str
+    time_budgets: dict | None = None  # autograder.project.budgets' record
+    imports: dict | None = None  # {"seconds": ..., "limit_seconds": ...}
+
+    def to_json(self) -> dict:
+        """As report.json holds it: the optional records only when there are some."""
+        return {key: value for key, value in json.loads(json.dumps(asdict(self))).items()
+                if value is not None or key not in ("time_budgets", "imports")}
+
+
 @dataclass
 class Report:
     assignment: str
@@ -95,7 +116,7 @@ class Report:
     parts: list[PartScore]
     tests: list[TestResult]
     warnings: list[str]
-    environment: dict
+    environment: GradingEnvironment
     execution_time: float = 0.0
     late: LateEntry | None = None  # the late penalty applied to `score` (see apply_late)
     functions: list[FunctionScore] = field(default_factory=list)  # coding subtotals
@@ -109,14 +130,15 @@ class Report:
     def to_json(self) -> dict:
         """This report as JSON values (what report.json holds, and what a batch worker sends
         back): `Report.from_json` reads it back equal."""
-        return json.loads(json.dumps(asdict(self)))  # (tuples become lists, as in a file)
+        data = json.loads(json.dumps(asdict(self)))  # (tuples become lists, as in a file)
+        return {**data, "environment": self.environment.to_json()}
 
     @classmethod
     def from_json(cls, data: dict) -> Report:
         """The report `to_json` wrote (a report.json of this version)."""
         lists = {"parts": PartScore, "tests": TestResult, "functions": FunctionScore}
         records = {"late": LateEntry, "graded_file": GradedFile, "release": ReleaseRecord}
-        return cls(**{**data,
+        return cls(**{**data, "environment": GradingEnvironment(**data["environment"]),
                       **{key: [kind(**item) for item in data.get(key, [])]
                          for key, kind in lists.items()},
                       **{key: kind(**data[key]) for key, kind in records.items()
@@ -280,7 +302,7 @@ def rounded_points(tests: list[TestResult]) -> tuple[list[TestResult], dict[str,
 
 
 def build_report(assignment: AssignmentConfig, submission: str, tests: list[TestResult],
-                 warnings: list[str], environment: dict, execution_time: float,
+                 warnings: list[str], environment: GradingEnvironment, execution_time: float,
                  graded_file: GradedFile | None = None) -> Report:
     # The boundary where submission-derived text enters the record: made inert and bounded here,
     # so every writer (files, terminal, gradebook) gets the same safe text.

@@ -193,7 +193,7 @@ def test_reference_with_the_key_scores_full_marks(graded: Graded) -> None:
     assert (part(report, "multiple_choice"), part(report, "coding")) == (30, 70)
     assert report.score == report.max_score == 100
     excluded = [t for t in tests if t.status == "excluded"]
-    if report.environment["gpus"] == 0:
+    if report.environment.gpus == 0:
         # CPU grader: the real-GPU tests are left out; they are worth nothing, since every
         # device decision is graded with simulated GPUs, so nothing is rescaled.
         assert excluded and all(t.max_score == 0 for t in excluded)

@@ -369,7 +369,7 @@ def test_warm_sandboxes_are_as_walled_off_as_cold_ones(tmp_path, monkeypatch):
     assert not observed["hidden_visible"] and not observed["canary_in_memory"]
     assert observed["foreign_processes"] == []  # the grader's processes are out of sight
     assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
-    assert warm["environment"]["protections"] == cold.environment["protections"]
+    assert warm["environment"]["protections"] == cold.environment.protections
     assert warm["score"] == cold.score
     cold_seen = seen_in(cold.tests)
     assert set(observed["environ"].split("\0")) <= set(cold_seen["environ"].split("\0")) | {

@@ -498,7 +498,7 @@ def test_warm_ray_sandboxes_are_as_walled_off_as_cold_ones(cluster, tmp_path):
     assert observed["foreign_processes"] == []
     assert observed["uid"] != 0 and observed["pid"] < 10  # own user, own PID namespace
     cold = grade_loaded(folder, load_assignment("toy", PROJECT), tmp_path / "cold")
-    assert outcome.report.environment["protections"] == cold.environment["protections"]
+    assert outcome.report.environment.protections == cold.environment.protections
     assert outcome.report.score == cold.score
 
 

@@ -135,7 +135,7 @@ def test_hostile_functions_lose_only_their_own_tests(tmp_path, monkeypatch):
 
 def test_with_isolation_the_runner_is_out_of_reach(tmp_path):
     report, _, tests = run(tmp_path, submit(tmp_path, HOSTILE))
-    if report.environment["isolation"] == "none":
+    if report.environment.isolation == "none":
         pytest.skip("no isolation on this machine")
     assert tests["scale: doubles a tensor"].status == "failed"
     assert "grading process was killed" not in tests["scale: doubles a tensor"].message
@@ -189,7 +189,7 @@ def test_pending_gpu_policy_scores_gpu_tests_zero_until_a_regrade(tmp_path):
     out = tmp_path / "out"
     report = grade(submit(tmp_path), "toy", out, Project.of_config(config))
     gpu = next(t for t in report.tests if t.name == "scale: keeps a CUDA tensor on its GPU")
-    if report.environment["gpus"]:
+    if report.environment.gpus:
         pytest.skip("this machine has a GPU")
     assert (gpu.status, gpu.score, gpu.max_score) == ("pending", 0.0, 1.0)
     assert report.score == 9 and report.max_score == 10
@@ -201,8 +201,8 @@ def test_grading_uses_the_strongest_isolation_this_machine_supports(tmp_path):
     from autograder.sandbox.isolation import detect
 
     report, _, _ = run(tmp_path, submit(tmp_path))
-    assert report.environment["isolation"] == detect().mode
-    assert report.environment["protections"] == detect().protections
+    assert report.environment.isolation == detect().mode
+    assert report.environment.protections == detect().protections
 
 
 def test_a_sandbox_that_cannot_start_is_a_grading_error_with_no_report(tmp_path,

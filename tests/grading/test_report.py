@@ -10,6 +10,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from repo_project import REPO
+from report_records import AN_ENVIRONMENT
 
 from autograder.grading.late import LateStatus
 from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
@@ -48,8 +49,7 @@ def report_of(statuses: dict[str, str], gpu_points: float = 1.0, graded_file=Non
     tests += [Result(f"Q{i} q{i:02}", "multiple_choice", f"q{i:02}", 1.5 if i % 3 else 0.0,
                      1.5, "passed" if i % 3 else "failed", "answered", "" if i % 3 else "A: no",
                      mc_visibility) for i in range(1, 21)]
-    environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none", "protections": []}
-    return build_report(CONFIG, "s", tests, warnings, environment, 1.0, graded_file)
+    return build_report(CONFIG, "s", tests, warnings, AN_ENVIRONMENT, 1.0, graded_file)
 
 
 def shown_numbers(text: str) -> list[str]:

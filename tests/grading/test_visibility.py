@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from repo_project import REPO
+from report_records import AN_ENVIRONMENT
 
 from autograder.grading.grade import grade
 from autograder.grading.late import LateStatus
@@ -150,7 +151,7 @@ def made(tests: list[Result], graded_at: datetime, late: LateStatus | None = Non
     from autograder.grading.results import PartScore
 
     report = Report("toy", "Toy", "s", sum(cents.values()) / 100, 10,
-                    [PartScore(p, c / 100, 5) for p, c in cents.items()], tests, [], {})
+                    [PartScore(p, c / 100, 5) for p, c in cents.items()], tests, [], AN_ENVIRONMENT)
     report = apply_late(report, late)
     report.release = Release(graded_at, DUE).record(tests)
     return report
@@ -226,8 +227,6 @@ def test_a_part_partly_shown_says_what_its_total_counts(tmp_path):
     from autograder.grading.report import write_outputs
 
     report = made(TESTS, DUE - timedelta(hours=1))
-    report.environment = {"gpus": 0, "gpu_policy": "reweight", "isolation": "none",
-                          "protections": []}
     write_outputs(report, tmp_path, REPO.schemas)
     files = student_files(tmp_path)
     assert "| Multiple choice | 0 of 2.5 shown so far (2.5 more not counted yet) | 5 |" in \

@@ -156,7 +156,7 @@ def test_grading_through_the_server_gives_the_same_report_as_cold(server, tmp_pa
     assert seen(warm) == seen(cold)
     assert [t.status for t in warm.tests].count("passed") >= 8  # 2 questions, 6 tests
     assert warm.score == cold.score and warm.warnings == cold.warnings
-    assert warm.environment["protections"] == cold.environment["protections"]
+    assert warm.environment.protections == cold.environment.protections
 
 
 # A toy submission whose scale() reports what its interpreter is like, as an exception.
@@ -211,7 +211,7 @@ def warm_and_cold_alike(server: RunnerServer, tmp_path: Path):
     assert cold["site_builtins"] == [] and not cold["writes_bytecode"]
     assert cold["network_refused"] == "agsandbox.worker"
     assert not cold["root"]
-    assert warm_report.environment["protections"] == cold_report.environment["protections"]
+    assert warm_report.environment.protections == cold_report.environment.protections
     return warm_report, cold_report
 
 
