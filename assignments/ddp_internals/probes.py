@@ -170,7 +170,7 @@ def train_fsdp2(mod: Any, rank: int, world_size: int, port: int, widths: list[in
     model = built(widths, state)
     dtype = None if param_dtype is None else getattr(torch, param_dtype)
     model = mod.fsdp2_shard(model, list(model.blocks), dtype)
-    _train_sharded(model, lr, own)
+    _train(model, lr, own)
     get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     return {}
 
@@ -182,7 +182,7 @@ def gather_fsdp2(mod: Any, rank: int, world_size: int, port: int, widths: list[i
     _join(rank, world_size, port)
     model = built(widths, state)
     fully_shard(model)
-    _train_sharded(model, lr, own)
+    _train(model, lr, own)
     got = mod.full_state_dict(model)
     if not isinstance(got, dict):
         return {"state": type(got).__name__}
@@ -190,7 +190,8 @@ def gather_fsdp2(mod: Any, rank: int, world_size: int, port: int, widths: list[i
                       else type(value).__name__ for name, value in got.items()}}
 
 
-def _train_sharded(model: nn.Module, lr: float, own: list) -> None:
+def _train(model: nn.Module, lr: float, own: list) -> None:
+    """SGD steps on this rank's share of each batch, each followed by end_of_step."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     for step, (x, y) in enumerate(own):
         optimizer.zero_grad()
@@ -211,10 +212,5 @@ def train_compressed(mod: Any, rank: int, world_size: int, port: int, widths: li
         return mod.bf16_compression_hook(state, bucket)
 
     ddp.register_comm_hook(None, hook)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    for step, (x, y) in enumerate(own):
-        optimizer.zero_grad()
-        loss_of(ddp, x, y).backward()
-        optimizer.step()
-        end_of_step(step)
+    _train(ddp, lr, own)
     return {"final": _final(model)}
