@@ -99,7 +99,9 @@ MUTANTS: list[tuple] = [
      """    requested = list(device_ids)"""),
     ("chunk_even_split", "data_parallel_chunk_sizes",
      "splits evenly (np.array_split style), not by torch.chunk",
-     ["data_parallel_chunk_sizes: follows torch.chunk"],
+     ["data_parallel_chunk_sizes: follows torch.chunk",
+      # (its valid batches are drawn where the two rules differ: caught on every draw)
+      "data_parallel_chunk_sizes: raises ValueError"],
      "    # torch.chunk on a placeholder is the very rule scatter uses, no arithmetic to get "
      "wrong.\n"
      "    return [len(c) for c in torch.empty(batch_size, 0).chunk(num_devices, dim=0)]\n",
