@@ -1214,7 +1214,7 @@ class Sandbox:
         def start(ports: list[int]) -> ObserverProcess:
             netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
             return ObserverProcess(observer, world_size, ports, store_host, netns,
-                                   output_dir / "observer", timeout, self.ids[0])
+                                   output_dir / "observer", timeout)
 
         observing = _Observing(start)
         try:

@@ -35,6 +35,9 @@ from autograder.sandbox.processes import ended_text
 
 LAUNCHER = (Path(__file__).resolve().parent / "launcher.py").read_text()
 UID_RANGE = (61000, 64999)
+# The grader's own ranks (observer.py) become a uid of their own range: never a sandbox's, which
+# the grader kills by uid (a grading's strays and, at its end, all its processes).
+OBSERVER_UID_RANGE = (60000, 60999)
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc")
 
 ISOLATION_ENV = "AUTOGRADER_ISOLATION"  # unset or "auto", or a mode to insist on
@@ -90,9 +93,10 @@ class Isolation:
         return common + extra
 
 
-def sandbox_ids() -> tuple[int, int]:
-    """A fresh unprivileged uid/gid for one submission's sandboxes."""
-    uid = UID_RANGE[0] + secrets.randbelow(UID_RANGE[1] - UID_RANGE[0])
+def sandbox_ids(uids: tuple[int, int] = UID_RANGE) -> tuple[int, int]:
+    """A fresh unprivileged uid/gid for one submission's sandboxes (or, from another range,
+    for one of the grader's own processes)."""
+    uid = uids[0] + secrets.randbelow(uids[1] - uids[0])
     return uid, uid
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.project.inert import inert
-from autograder.sandbox.isolation import sandbox_ids
+from autograder.sandbox.isolation import OBSERVER_UID_RANGE, sandbox_ids
 from autograder.sandbox.launcher import LINUX_CAPABILITY_VERSION_3, PR_SET_NO_NEW_PRIVS
 from autograder.sandbox.rendezvous import AGENT_STORE_ENV, enter_network
 
@@ -97,8 +97,7 @@ class ObserverProcess:
     """One scenario's observer, forked from this (trusted) process."""
 
     def __init__(self, observer: Observer, world_size: int, ports: list[int], host: str,
-                 netns_pid: int | None, folder: Path, timeout: float,
-                 sandbox_uid: int | None = None) -> None:
+                 netns_pid: int | None, folder: Path, timeout: float) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.record_path, self.output_path = folder / "observer.jsonl", folder / "observer.log"
         self.deadline = time.monotonic() + timeout + GRACE_SECONDS
@@ -108,7 +107,7 @@ class ObserverProcess:
             self.pid = os.fork()
             if self.pid == 0:
                 _observe(observer, world_size, tuple(ports), host, netns_pid, record_fd,
-                         output_fd, timeout, sandbox_uid)
+                         output_fd, timeout)
         finally:
             os.close(record_fd)
             os.close(output_fd)
@@ -184,8 +183,7 @@ class ObserverProcess:
 
 
 def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: str,
-             netns_pid: int | None, record_fd: int, output_fd: int, timeout: float,
-             sandbox_uid: int | None) -> None:
+             netns_pid: int | None, record_fd: int, output_fd: int, timeout: float) -> None:
     """The observer process: never returns."""
     try:
         os.dup2(output_fd, 1)
@@ -200,7 +198,7 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
         cpu = math.ceil(timeout) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         if os.geteuid() == 0:
-            _drop_root(sandbox_uid)
+            _drop_root()
         os.environ.update(AGENT_STORE_ENV)
 
         def note(text: str) -> None:
@@ -225,14 +223,12 @@ _CAP_DAC_READ_SEARCH = 2
 _PR_SET_KEEPCAPS = 8
 
 
-def _drop_root(sandbox_uid: int | None) -> None:
+def _drop_root() -> None:
     """Become a fresh unprivileged uid (it reads what the student's ranks send, through gloo's
     C++: not as root, nor as the sandbox's uid, which could signal it) that may still read
     files, and gain no privilege again."""
     libc = ctypes.CDLL(None, use_errno=True)
-    uid, gid = sandbox_ids()
-    while uid == sandbox_uid:
-        uid, gid = sandbox_ids()
+    uid, gid = sandbox_ids(OBSERVER_UID_RANGE)
     _check(libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0), "keepcaps")
     os.setgroups([])
     os.setgid(gid)

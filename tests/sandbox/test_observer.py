@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from autograder.runner.observe import join_group, observe, posted
 from autograder.sandbox.client import ObservedFailure, SandboxTimeout, StudentError
+from autograder.sandbox.isolation import OBSERVER_UID_RANGE, UID_RANGE
 from autograder.sandbox.observer import Observed, ObserverBroken
 
 PROBES = """
@@ -66,6 +67,10 @@ def test_the_observer_records_what_the_students_rank_sent(make_sandbox, tmp_path
     # sandbox's uid (which could signal or trace it)
     uid = results.observed["uid"]
     assert uid != sandbox.ids[0] and (uid != 0 or os.geteuid() != 0)
+    if os.geteuid() == 0:  # a uid of its own range: never any grading's sandbox's, which the
+        # grader kills by uid (a concurrent batch's strays killed an observer once)
+        assert OBSERVER_UID_RANGE[0] <= uid <= OBSERVER_UID_RANGE[1]
+        assert not UID_RANGE[0] <= uid <= UID_RANGE[1]
 
 
 def test_kept_ranks_serve_the_rank_number_they_served(make_sandbox, tmp_path):
