@@ -90,16 +90,11 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Pa
         sandbox_dir = prepare_sandbox_dir(files.module, config.module, assignment.probes, workdir)
     timings = budgets.load(assignment.root)
     job = Job(
-        tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
-        module_name=config.module, functions=config.functions, output_dir=str(workdir),
+        **_from_config(assignment, workdir),
         sandbox_dir=str(sandbox_dir) if sandbox_dir else None,
-        missing_reason=files.module_problem, limits=asdict(config.limits),
-        test_timeout=config.test_timeout, rank_retries=config.rank_retries,
-        crash_limit=config.crash_limit, import_timeout=config.import_timeout,
-        visibility=config.coding.visibility,
+        missing_reason=files.module_problem,
         timings=timings.tests if timings else {},
         timings_calibration=timings.calibration if timings else None,
-        budget_factor=config.budget_factor, budget_floor=config.budget_floor,
         tracebacks=bool(os.environ.get("AUTOGRADER_KEEP_WORKDIR")))
     supervisor = _Supervisor(job, time.monotonic() + config.submission_timeout, runners)
     outcomes, warnings, environment = supervisor.run()
@@ -109,17 +104,24 @@ def run_hidden_tests(assignment: Assignment, files: SubmissionFiles, workdir: Pa
 
 def collect_hidden_tests(assignment: Assignment, workdir: Path) -> list[dict]:
     """The hidden tests as declared (name, function, points, visibility, gpu), validated."""
-    config = assignment.config
-    job = Job(tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
-              module_name=config.module, functions=config.functions, output_dir=str(workdir),
-              missing_reason="collection only", visibility=config.coding.visibility,
-              test_timeout=config.test_timeout, rank_retries=config.rank_retries,
-              crash_limit=config.crash_limit, import_timeout=config.import_timeout,
-              budget_factor=config.budget_factor, budget_floor=config.budget_floor,
-              limits=asdict(config.limits), collect_only=True)
+    job = Job(**_from_config(assignment, workdir), missing_reason="collection only",
+              collect_only=True)
     supervisor = _Supervisor(job, time.monotonic() + 300)
     supervisor.run()
     return [asdict(spec) for spec in supervisor.specs or []]
+
+
+def _from_config(assignment: Assignment, workdir: Path) -> dict:
+    """The Job's fields that come from the assignment and its grading.yml (Job has no defaults
+    for them: the schema is their one source)."""
+    config = assignment.config
+    return dict(
+        tests_dir=str(assignment.hidden_tests), assignment_dir=str(assignment.root),
+        module_name=config.module, functions=config.functions, output_dir=str(workdir),
+        limits=asdict(config.limits), test_timeout=config.test_timeout,
+        rank_retries=config.rank_retries, crash_limit=config.crash_limit,
+        import_timeout=config.import_timeout, visibility=config.coding.visibility,
+        budget_factor=config.budget_factor, budget_floor=config.budget_floor)
 
 
 class _Supervisor:

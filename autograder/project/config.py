@@ -1,12 +1,13 @@
 """grading.yml: loaded, validated against schemas/grading.schema.json, as dataclasses.
 
-The schema is the one source of every default: the dataclasses here have none of their own
-(a test holds them to that), and `default_limits()` reads the schema's.
+The schema is the one source of every key, default and meaning: each field of the records here
+names the key it reads (autograder.project.settings), and none has a default of its own (a test
+holds them to that, and to the schema's keys).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -14,6 +15,7 @@ import yaml
 from autograder.project.late_policy import LatePolicy, parse_timestamp
 from autograder.project.paths import Project
 from autograder.project.schemas import SchemaError, validate, with_defaults
+from autograder.project.settings import WHOLE, read, setting
 
 
 class ConfigError(ValueError):
@@ -25,23 +27,14 @@ class SandboxLimits:
     """Resource limits applied to every sandbox process (grading.yml's `limits` and
     `timeouts.call`, in bytes and seconds)."""
 
-    call_timeout: float
-    memory_bytes: int
-    cpu_seconds: int
-    max_file_bytes: int
-    max_open_files: int
-    max_processes: int
-    disk_bytes: int
-    output_bytes: int
-
-
-def sandbox_limits(limits: dict, timeouts: dict) -> SandboxLimits:
-    """SandboxLimits from grading.yml's `limits` and `timeouts` objects (defaults filled in)."""
-    return SandboxLimits(
-        call_timeout=timeouts["call"], memory_bytes=limits["memory_mb"] << 20,
-        cpu_seconds=limits["cpu_seconds"], max_file_bytes=limits["file_mb"] << 20,
-        max_open_files=limits["open_files"], output_bytes=limits["output_kb"] << 10,
-        disk_bytes=limits["disk_mb"] << 20, max_processes=limits["processes"])
+    call_timeout: float = setting("timeouts.call")
+    memory_bytes: int = setting("limits.memory_mb", unit=1 << 20)
+    cpu_seconds: int = setting("limits.cpu_seconds")
+    max_file_bytes: int = setting("limits.file_mb", unit=1 << 20)
+    max_open_files: int = setting("limits.open_files")
+    max_processes: int = setting("limits.processes")
+    disk_bytes: int = setting("limits.disk_mb", unit=1 << 20)
+    output_bytes: int = setting("limits.output_kb", unit=1 << 10)
 
 
 def default_limits(schemas: Path, **overrides: float) -> SandboxLimits:
@@ -50,53 +43,63 @@ def default_limits(schemas: Path, **overrides: float) -> SandboxLimits:
     benchmarks."""
     defaults = with_defaults({"limits": {}, "timeouts": {}}, "grading.schema.json", schemas,
                              "#/$defs/assignment")
-    limits = sandbox_limits(defaults["limits"], defaults["timeouts"])
-    return SandboxLimits(**{**limits.__dict__, **overrides})
+    return replace(read(SandboxLimits, defaults), **overrides)
 
 
 @dataclass(frozen=True)
 class SimilarityPolicy:
     """grading.yml's `similarity` object: the class's code-similarity check (autograder batch)."""
 
-    enabled: bool
-    threshold: float  # the share of either submission's own code found in the other
-    noise_threshold: int  # copydetect's k: the shortest match, in tokenised characters
-    guarantee_threshold: int  # matches this long are always found (window = this - k + 1)
-    min_overlap: int  # tokenised characters a listed pair shares at least
+    enabled: bool = setting("enabled")
+    # the share of either submission's own code found in the other
+    threshold: float = setting("threshold")
+    # copydetect's k: the shortest match, in tokenised characters
+    noise_threshold: int = setting("noise_threshold")
+    # matches this long are always found (window = this - k + 1)
+    guarantee_threshold: int = setting("guarantee_threshold")
+    min_overlap: int = setting("min_overlap")  # tokenised characters a listed pair shares at least
 
 
 @dataclass(frozen=True)
 class PartConfig:
-    points: float
-    visibility: str
+    points: float = setting("points")
+    visibility: str = setting("visibility")
 
 
 @dataclass(frozen=True)
 class AssignmentConfig:
-    name: str
-    title: str
-    module: str
-    due: str | None
-    multiple_choice: PartConfig
-    reveal_key: bool
-    coding: PartConfig
-    functions: dict[str, float]
-    show_student_output: bool
-    call_timeout: float
-    test_timeout: float
-    submission_timeout: float
-    import_timeout: float  # timeouts.imports: all imports of the student's module, in seconds
-    limits: SandboxLimits
-    gpu_policy: str
-    rank_retries: int
-    crash_limit: int  # crashes after which a function is not run again
-    budget_factor: float  # k of a test's calibrated budget (0: flat `test_timeout`)
-    budget_floor: float  # the least a calibrated budget may be, in seconds
-    late: LatePolicy  # grading.yml's `late` (batch grading)
+    """One assignment of grading.yml; each field names its key below `assignments.NAME` (the
+    schema documents them), but `name`, the assignment's own key."""
+
+    name: str = setting("name")
+    title: str = setting("title")
+    module: str = setting("module")
+    due: str | None = setting("due")
+    multiple_choice: PartConfig = setting("parts.multiple_choice")
+    reveal_key: bool = setting("parts.multiple_choice.reveal_key")
+    coding: PartConfig = setting("parts.coding")
+    functions: dict[str, float] = setting("parts.coding.functions")
+    show_student_output: bool = setting("parts.coding.show_student_output")
+    call_timeout: float = setting("timeouts.call")
+    test_timeout: float = setting("timeouts.test")
+    submission_timeout: float = setting("timeouts.submission")
+    import_timeout: float = setting("timeouts.imports")
+    limits: SandboxLimits = setting(WHOLE)
+    gpu_policy: str = setting("gpu_policy")
+    rank_retries: int = setting("rank_retries")
+    crash_limit: int = setting("crash_limit")
+    budget_factor: float = setting("timeouts.budget_factor")
+    budget_floor: float = setting("timeouts.budget_floor")
+    late: LatePolicy = setting("late")
     # Visibility of unanswered and malformed answers (`multiple_choice.visibility` is that of
     # right and wrong ones): see parts.multiple_choice.problems_visibility in the schema.
-    answer_problems_visibility: str
-    similarity: SimilarityPolicy  # grading.yml's `similarity` (batch grading)
+    answer_problems_visibility: str = setting("parts.multiple_choice.problems_visibility")
+    similarity: SimilarityPolicy = setting("similarity")
+
+
+# Keys of an assignment that no record keeps: the total is checked against the parts, and is not
+# used after.
+CHECKED_ONLY = frozenset({"total"})
 
 
 def load_config(project: Project) -> dict[str, AssignmentConfig]:
@@ -136,7 +139,7 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
         raise ConfigError(f"grading.yml: assignments.{name}: the parts add up to {parts:g} points "
                           f"(multiple_choice {mc['points']:g} + coding {coding['points']:g}), but "
                           f"its total is {a['total']:g}")
-    limits, timeouts, late, similar = a["limits"], a["timeouts"], a["late"], a["similarity"]
+    late, similar = a["late"], a["similarity"]
     if similar["guarantee_threshold"] < similar["noise_threshold"]:
         raise ConfigError(f"grading.yml: assignments.{name}.similarity.guarantee_threshold "
                           f"({similar['guarantee_threshold']}) is below its noise_threshold "
@@ -149,25 +152,5 @@ def _assignment(name: str, a: dict) -> AssignmentConfig:
     if late["policy"] != "none" and not a.get("due"):
         raise ConfigError(f"grading.yml: assignments.{name}.late.policy is {late['policy']!r}, "
                           f"but the assignment has no due date (set assignments.{name}.due)")
-    return AssignmentConfig(
-        name=name, title=a["title"], module=a["module"], due=a.get("due"),
-        multiple_choice=PartConfig(mc["points"], mc["visibility"]), reveal_key=mc["reveal_key"],
-        coding=PartConfig(coding["points"], coding["visibility"]),
-        functions=dict(coding["functions"]), show_student_output=coding["show_student_output"],
-        call_timeout=timeouts["call"], test_timeout=timeouts["test"],
-        submission_timeout=timeouts["submission"], import_timeout=float(timeouts["imports"]),
-        limits=sandbox_limits(limits, timeouts),
-        gpu_policy=a["gpu_policy"], rank_retries=a["rank_retries"],
-        crash_limit=a["crash_limit"],
-        budget_factor=float(timeouts["budget_factor"]),
-        budget_floor=float(timeouts["budget_floor"]),
-        answer_problems_visibility=mc["problems_visibility"],
-        late=LatePolicy(policy=late["policy"], percent_per_day=float(late["percent_per_day"]),
-                        max_days=late.get("max_days"),
-                        grace_minutes=float(late["grace_minutes"])),
-        similarity=SimilarityPolicy(
-            enabled=similar["enabled"], threshold=float(similar["threshold"]),
-            noise_threshold=similar["noise_threshold"],
-            guarantee_threshold=similar["guarantee_threshold"],
-            min_overlap=similar["min_overlap"]),
-    )
+    return read(AssignmentConfig, {**a, "name": name})
+

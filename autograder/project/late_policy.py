@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from autograder.project.settings import setting
+
 POLICIES = ("none", "per_day")
 
 
@@ -16,10 +18,11 @@ POLICIES = ("none", "per_day")
 class LatePolicy:
     """grading.yml's `late` object (defaults from schemas/grading.schema.json)."""
 
-    policy: str  # "none" | "per_day"
-    percent_per_day: float
-    max_days: int | None  # more days late than this scores 0; None: no cut-off
-    grace_minutes: float
+    policy: str = setting("policy")  # "none" | "per_day"
+    percent_per_day: float = setting("percent_per_day")
+    # more days late than this scores 0; None: no cut-off
+    max_days: int | None = setting("max_days")
+    grace_minutes: float = setting("grace_minutes")
 
 
 # ISO 8601 / RFC 3339 and the Ruby/YAML form of Gradescope exports: a 'T' or spaces between

@@ -7,6 +7,7 @@ import pytest
 from repo_project import REPO
 
 from autograder.project.config import (
+    CHECKED_ONLY,
     AssignmentConfig,
     ConfigError,
     PartConfig,
@@ -17,6 +18,7 @@ from autograder.project.config import (
 )
 from autograder.project.late_policy import LatePolicy
 from autograder.project.paths import Project
+from autograder.project.settings import keys_read, read, setting
 from autograder.protocol.job import Job
 
 
@@ -70,6 +72,42 @@ def test_records_of_grading_yml_have_no_defaults_of_their_own(record):
     if record is Job:
         with_default &= JOB_FROM_CONFIG
     assert not with_default
+
+
+def _leaves(spec: dict, defs: dict, prefix: str = "") -> set[str]:
+    spec = defs[spec["$ref"].rsplit("/", 1)[1]] if "$ref" in spec else spec
+    if "properties" not in spec:
+        return {prefix}
+    return set().union(*(_leaves(value, defs, ".".join(p for p in (prefix, key) if p))
+                         for key, value in spec["properties"].items()))
+
+
+def test_the_records_read_every_key_of_an_assignment_and_no_other():
+    # Each field names its key; a key added to the schema and read by nobody, or a field naming
+    # a key the schema lacks (a typo, read as None), fails here.
+    schema = json.loads((REPO.schemas / "grading.schema.json").read_text())
+    keys = _leaves(schema["$defs"]["assignment"], schema["$defs"])
+    assert "timeouts.budget_floor" in keys and "late.max_days" in keys
+    assert keys_read(AssignmentConfig) - {"name"} == keys - CHECKED_ONLY
+
+
+def test_a_field_is_read_from_its_key_in_its_unit():
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        size: int = setting("limits.size_mb", unit=1 << 20)
+        seconds: float = setting("timeouts.call")
+
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        inner: Inner = setting("")
+        late: float | None = setting("late.days")
+        names: dict = setting("names")
+
+    values = {"limits": {"size_mb": 2}, "timeouts": {"call": 3}, "late": {}, "names": {"a": 1}}
+    outer = read(Outer, values)
+    assert outer == Outer(Inner(2 << 20, 3.0), None, {"a": 1})
+    assert isinstance(outer.inner.seconds, float) and outer.names is not values["names"]
+    assert keys_read(Outer) == {"limits.size_mb", "timeouts.call", "late.days", "names"}
 
 
 def test_default_limits_are_the_schemas(tmp_path):
