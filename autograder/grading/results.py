@@ -12,13 +12,16 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TypeVar
 
 from autograder.grading.late import LateStatus
 from autograder.grading.submission import GradedFile
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 from autograder.protocol.statuses import ReportStatus, TestCause, TestOutcome
+
+Record = TypeVar("Record")
 
 PARTS = ("multiple_choice", "coding")
 MAX_MESSAGE = _inert.MAX_MESSAGE
@@ -102,8 +105,19 @@ class GradingEnvironment:
 
     def to_json(self) -> dict:
         """As report.json holds it: the optional records only when there are some."""
-        return {key: value for key, value in json.loads(json.dumps(asdict(self))).items()
-                if value is not None or key not in ("time_budgets", "imports")}
+        return _environment_json(json.loads(json.dumps(asdict(self))))
+
+
+def _environment_json(data: dict) -> dict:
+    return {key: value for key, value in data.items()
+            if value is not None or key not in ("time_budgets", "imports")}
+
+
+def _record(kind: type[Record], data: dict) -> Record:
+    """`kind` from its JSON, leaving out keys it has no field for: a report.json written by a
+    newer grader (a batch's stored reports) reads in an older one."""
+    names = {f.name for f in fields(kind)}  # type: ignore[arg-type]
+    return kind(**{key: value for key, value in data.items() if key in names})
 
 
 @dataclass
@@ -131,18 +145,19 @@ class Report:
         """This report as JSON values (what report.json holds, and what a batch worker sends
         back): `Report.from_json` reads it back equal."""
         data = json.loads(json.dumps(asdict(self)))  # (tuples become lists, as in a file)
-        return {**data, "environment": self.environment.to_json()}
+        return {**data, "environment": _environment_json(data["environment"])}
 
     @classmethod
     def from_json(cls, data: dict) -> Report:
-        """The report `to_json` wrote (a report.json of this version)."""
+        """The report `to_json` wrote; keys this version does not know are left out."""
         lists = {"parts": PartScore, "tests": TestResult, "functions": FunctionScore}
         records = {"late": LateEntry, "graded_file": GradedFile, "release": ReleaseRecord}
-        return cls(**{**data, "environment": GradingEnvironment(**data["environment"]),
-                      **{key: [kind(**item) for item in data.get(key, [])]
-                         for key, kind in lists.items()},
-                      **{key: kind(**data[key]) for key, kind in records.items()
-                         if data.get(key) is not None}})
+        return _record(cls, {**data,
+                             "environment": _record(GradingEnvironment, data["environment"]),
+                             **{key: [_record(kind, item) for item in data.get(key, [])]
+                                for key, kind in lists.items()},
+                             **{key: _record(kind, data[key]) for key, kind in records.items()
+                                if data.get(key) is not None}})
 
 
 @dataclass
