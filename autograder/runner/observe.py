@@ -21,6 +21,7 @@ import os
 import re
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,7 @@ def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -
             seat.note(text)
 
         try:
-            record = fn(Seat(seat.rank, seat.world_size, seat.ports, seat.host, seat.wait,
-                             seat.timeout, note), *args)
+            record = fn(replace(seat, note=note), *args)
         except Exception as exc:
             if not (isinstance(exc, Unanswered) or _from_torch_distributed(exc)):
                 raise  # the observer's own mistake: the grader's failure
@@ -71,6 +71,7 @@ def join_group(seat: Seat, backend: str = "gloo") -> None:
     dist.init_process_group(backend, init_method=f"tcp://{seat.host}:{seat.ports[0]}",
                             rank=seat.rank, world_size=seat.world_size,
                             timeout=datetime.timedelta(seconds=seat.timeout))
+    seat.joined()
 
 
 def wait_at_most(seat: Seat) -> None:

@@ -1233,9 +1233,9 @@ class Sandbox:
                 raise
             observed = process.finish(observer.wait + GRACE_SECONDS)
             failure = observed.failure()
-            if failure is None or len(observed.notes) <= 1:
-                # (no failure of theirs, or none past the first note, joining: the student's
-                # ranks never met the observer, so their own error, say an import's, is why)
+            if failure is None or not observed.joined:
+                # (no failure of theirs, or the student's ranks never met the observer: their
+                # own error, say an import's, is why)
                 raise
             # What the student's code raised meanwhile, unless it was only torch.distributed
             # saying that its peer, the observer, had ended (a RuntimeError).

@@ -60,6 +60,7 @@ class Seat:
     wait: float  # seconds to wait for any one collective of the student's ranks
     timeout: float  # seconds it has in all (the scenario's)
     note: Callable[[str], None]  # one line on what it is about to do, written at once
+    joined: Callable[[], None]  # says it has met the student's ranks (their group is up)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Observed:
 
     record: dict | None  # None: it wrote none (it was killed, or raised)
     notes: tuple[str, ...]  # its last notes
+    joined: bool  # whether it met the student's ranks (Seat.joined)
     ended: str | None  # how it ended when not by returning its record
     output: str  # the end of what it printed (gloo's message, when gloo aborted it)
 
@@ -124,7 +126,7 @@ class ObserverProcess:
                 ended = "was still waiting when your ranks had ended"
             else:
                 time.sleep(0.005)
-        notes, raised, record = self._read_records()
+        notes, joined, raised, record = self._read_records()
         if raised is not None:
             raise ObserverBroken(f"the grader's own rank raised {raised}"
                                  + (f" at: {notes[-1]}" if notes else ""))
@@ -135,7 +137,7 @@ class ObserverProcess:
             elif record is None:
                 ended = "ended without a record"
         output = _tail(self.output_path, MAX_OUTPUT_BYTES)
-        return Observed(record, tuple(notes[-NOTES_KEPT:]), ended, output)
+        return Observed(record, tuple(notes[-NOTES_KEPT:]), joined, ended, output)
 
     def ended(self) -> bool:
         """Whether it has ended, as far as can be told at once."""
@@ -153,10 +155,11 @@ class ObserverProcess:
                 pass
             _, self._status = os.waitpid(self.pid, 0)
 
-    def _read_records(self) -> tuple[list[str], str | None, dict | None]:
-        """Its notes, what it raised (None: nothing) and its record (None: none)."""
+    def _read_records(self) -> tuple[list[str], bool, str | None, dict | None]:
+        """Its notes, whether it joined, what it raised (None: nothing) and its record (None:
+        none)."""
         notes: list[str] = []
-        raised = record = None
+        joined, raised, record = False, None, None
         try:
             with open(self.record_path, "rb") as f:
                 data = f.read(MAX_RECORD_BYTES + 1)
@@ -175,11 +178,13 @@ class ObserverProcess:
                 continue
             if type(entry.get("note")) is str:
                 notes.append(entry["note"][:500])
+            elif entry.get("joined") is True:
+                joined = True
             elif type(entry.get("raised")) is str:
                 raised = entry["raised"][:1000]
             elif type(entry.get("record")) is dict:
                 record = entry["record"]
-        return notes, raised, record
+        return notes, joined, raised, record
 
 
 def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: str,
@@ -204,7 +209,10 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
         def note(text: str) -> None:
             _write(record_fd, {"note": str(text)[:500]})
 
-        seat = Seat(observer.rank, world_size, ports, host, observer.wait, timeout, note)
+        def joined() -> None:
+            _write(record_fd, {"joined": True})
+
+        seat = Seat(observer.rank, world_size, ports, host, observer.wait, timeout, note, joined)
         record = observer.run(seat)
         _write(record_fd, {"record": record})
     except BaseException as exc:  # noqa: BLE001 - said in its record, for the runner

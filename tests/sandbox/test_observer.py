@@ -132,6 +132,25 @@ def test_what_the_students_rank_raised_comes_with_the_observers_verdict(make_san
     assert caught.value.student_error.is_a("NotImplementedError")
 
 
+def received_quietly(seat, size):
+    """`received`, saying nothing of what it does once it has joined."""
+    join_group(seat)
+    buffer = torch.zeros(size)
+    posted(seat, dist.all_reduce(buffer, async_op=True))
+    return {"got": buffer.tolist()}
+
+
+def test_an_observer_that_met_the_ranks_gives_the_verdict_whatever_it_noted(make_sandbox,
+                                                                             tmp_path):
+    """Having joined is what the observer says, not read from how many notes it wrote."""
+    sandbox = make_sandbox("def contribute(values):\n    raise NotImplementedError\n", PROBES)
+    with pytest.raises(ObservedFailure, match="at: joining") as caught:
+        sandbox.run_ranks("send_values", 2, (), 60, tmp_path, "contribute",
+                          per_rank=[None, [1.0]],
+                          observer=observe(received_quietly, 1, rank=0, wait=1.0))
+    assert caught.value.student_error.is_a("NotImplementedError")
+
+
 def test_the_students_hang_is_not_the_observers_failure(make_sandbox, tmp_path):
     """An observer that saw everything it waited for gives no verdict: a rank that hangs
     afterwards is a hang as without an observer (retried once by the plugin)."""
@@ -155,9 +174,9 @@ def test_an_observer_that_raises_is_the_graders_failure(make_sandbox, tmp_path):
 
 
 def test_an_observers_failure_is_inert_text():
-    observed = Observed({"failure": "sent \x1b[31mred\x07"}, (), None, "")
+    observed = Observed({"failure": "sent \x1b[31mred\x07"}, (), True, None, "")
     assert "\x1b" not in observed.failure() and "\x07" not in observed.failure()
-    aborted = Observed(None, ("all_reduce #2 (4 float32)",), "was killed by SIGABRT",
+    aborted = Observed(None, ("all_reduce #2 (4 float32)",), True, "was killed by SIGABRT",
                        "terminate called ... Received data size doesn't match expected "
                        "size. 8 vs 4\nAborted")
     assert aborted.failure() == (
