@@ -39,8 +39,8 @@ container:
 # The suite in TEST_JOBS processes (pytest-xdist), each test file whole in one of them, so that
 # a module's fixtures (a local Ray instance, the red-team gradings) start once (tests/conftest.py
 # makes the units). Many tests wait on graders, sandboxes and timeouts: three processes on two
-# cores took about 12.5 minutes on the last machine measured (docs/measuring.md, "The project's
-# own tests"). At the end, the 25 slowest tests and each file's CPU seconds: where the time goes.
+# cores take about 13.5 minutes (docs/measuring.md, "The project's own tests", says on what
+# machine). At the end, the 25 slowest tests and each file's CPU seconds: where the time goes.
 # PYTEST_ARGS: more options (e.g. PYTEST_ARGS="--junitxml=times.xml", or -k EXPR).
 TEST_JOBS ?= 3
 test: venv lint browser
