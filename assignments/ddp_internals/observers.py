@@ -67,9 +67,10 @@ def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
     model's backward cannot pass gate 1 (below the head) until this rank sends its value, nor
     gate 2 (before the last block) until the head's gradients have arrived here. A rank that
     sends its gradients only after backward never gets gate 2's value; one that waits for a
-    collective inside its hook never reaches gate 1. The last collective of each step is
+    collective inside its hook never reaches gate 1. The last collective of the last step is
     answered `delay` seconds late: a rank that steps without waiting for it steps on a
-    gradient that is not yet the average."""
+    gradient that is not yet the average, and ends with other parameters (once is enough;
+    each delay is a wait of the whole grading)."""
     join_group(seat)
     gated = gate_values is not None
     gates = dist.new_group(list(range(seat.world_size))) if gated else None
@@ -97,7 +98,7 @@ def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
         for i, group in enumerate(groups):
             if errors:
                 break
-            if i == len(groups) - 1 and delay:
+            if i == len(groups) - 1 and step == len(shards[seat.rank]) - 1 and delay:
                 time.sleep(delay)
             seat.note(f"step {step}: all_reduce #{i}, {_what(group, names)}, in the order "
                       f"the gradients are ready")
