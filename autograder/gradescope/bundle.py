@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from autograder.grading.submission import upload_path
+from autograder.inputs.submission import upload_path
 from autograder.project.paths import Project
 
 GRADESCOPE_ROOT_ENV = "AUTOGRADER_GRADESCOPE_ROOT"  # tests only: a stand-in for /autograder

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from autograder.grading.late import LateStatus
-from autograder.grading.submission import GradedFile
+from autograder.inputs.submission import GradedFile
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 from autograder.protocol.statuses import ReportStatus, TestCause, TestOutcome
