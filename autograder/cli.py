@@ -452,7 +452,7 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
                project: Project) -> None:
     """Build the Gradescope autograder zip of an assignment (setup.sh, run_autograder, sources),
     and with --try grade submissions with it in a container, as Gradescope would."""
-    from autograder.gradescope.bundle import build_bundle
+    from autograder.release.gradescope_bundle import build_bundle
 
     path = build_bundle(_assignment(assignment, positional), project, out)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "

@@ -60,13 +60,13 @@ import yaml
 
 from autograder.batch.roster import discover
 from autograder.grading.late import late_status
-from autograder.grading.notebook import (
+from autograder.inputs.notebook import (
     SCHEMA_VERSION,
     NotebookError,
     extract_module,
     template_cells,
 )
-from autograder.grading.submission import locate
+from autograder.inputs.submission import locate
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.late_policy import parse_timestamp
 from autograder.project.markers import reference, strip_solutions

@@ -24,9 +24,9 @@ from repo_project import REPO
 from report_records import AN_ENVIRONMENT
 
 from autograder.grading.grade import _question_result, _submission_files
-from autograder.grading.notebook import NotebookError, extract_module
 from autograder.grading.report import MAX_FILE_BYTES, write_outputs
 from autograder.grading.results import build_report
+from autograder.inputs.notebook import NotebookError, extract_module
 from autograder.project.assignment import load_assignment
 from autograder.project.paths import Project
 from autograder.project.schemas import validate

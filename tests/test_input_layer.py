@@ -29,12 +29,12 @@ from report_records import AN_ENVIRONMENT, a_report, a_test
 from autograder.batch.gradebook import MAX_REPORT_CHARS, Gradebook
 from autograder.batch.local_workers import LineReader, LineTooLong
 from autograder.batch.records import ClassSubmission, GradeOutcome
-from autograder.grading.archives import ArchiveError, extract_zip
 from autograder.grading.grade import _submission_files
-from autograder.grading.notebook import NotebookError, extract_module
 from autograder.grading.report import MAX_FILE_BYTES, write_outputs
 from autograder.grading.results import TestResult as Result
 from autograder.grading.results import build_report
+from autograder.inputs.archives import ArchiveError, extract_zip
+from autograder.inputs.notebook import NotebookError, extract_module
 from autograder.project.assignment import load_assignment
 from autograder.project.inert import bounded, inert, label
 from autograder.project.paths import Project

@@ -57,7 +57,7 @@ def pack_submission(path: Path) -> dict:
     Entries are [name (bytes, relative, POSIX), kind ("file"|"dir"|"link"), data (bytes)];
     links keep only their name, other special files (sockets, pipes) are left out.
     Raises PackError (too large, unreadable)."""
-    from autograder.grading.archives import (
+    from autograder.inputs.archives import (
         MAX_ENTRIES,
         MAX_FILE_BYTES,
         MAX_NAME_BYTES,
@@ -120,7 +120,7 @@ def pack_submission(path: Path) -> dict:
 def unpack_submission(packed: dict, into: Path) -> Path:
     """Recreate a packed submission under `into` (which must exist) with its own name; the
     path of the folder or file, to grade as the original."""
-    from autograder.grading.archives import (
+    from autograder.inputs.archives import (
         MAX_ENTRIES,
         MAX_FILE_BYTES,
         MAX_NAME_BYTES,

@@ -10,7 +10,7 @@ SUBMISSIONS is one of:
 - a plain folder of per-student folders or per-student `.zip` files: the key is the folder
   (or zip) name, with one submitter whose sid and name are that key.
 
-A zip given as SUBMISSIONS is extracted safely (autograder.grading.archives) into `workdir/export`
+A zip given as SUBMISSIONS is extracted safely (autograder.inputs.archives) into `workdir/export`
 (replaced on the next call, so a batch run again re-extracts); per-student zips are left as
 they are (grading extracts them), and a student folder holding nothing but one .zip is graded
 as that zip. A folder listed in the metadata but missing, or present but not listed, is a
@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 
 from autograder.batch.records import ClassSubmission, Submitter
-from autograder.grading.archives import ArchiveError, extract_zip
-from autograder.grading.submission import upload_path
+from autograder.inputs.archives import ArchiveError, extract_zip
+from autograder.inputs.submission import upload_path
 from autograder.project.late_policy import parse_timestamp
 
 METADATA = "submission_metadata.yml"

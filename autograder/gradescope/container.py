@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.gradescope.bundle import STATUS_PREFIX
+from autograder.gradescope.entry import STATUS_PREFIX
 
 GRADESCOPE_BASE = "gradescope/autograder-base:ubuntu-22.04"
 STANDIN_BASE = "autograder-standin-base:bookworm"

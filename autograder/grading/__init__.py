@@ -1,2 +1,3 @@
-"""One submission's grading on the trusted parent's side: what was handed in, the runner it
-starts (by name: autograder.runner), the results, the reports. Never imports torch or pytest."""
+"""One submission's grading on the trusted parent's side: the runner it starts (by name:
+autograder.runner), the results, the reports; what was handed in is read by autograder.inputs.
+Never imports torch or pytest."""

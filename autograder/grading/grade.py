@@ -17,9 +17,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from autograder.grading.archives import ArchiveError, extract_zip
 from autograder.grading.late import SubmissionDates, late_entry
-from autograder.grading.notebook import NotebookError, extract_module, module_state
 from autograder.grading.report import write_outputs
 from autograder.grading.results import (
     GradingEnvironment,
@@ -29,10 +27,12 @@ from autograder.grading.results import (
     build_report,
     coding_results,
 )
-from autograder.grading.submission import GradedFile, SubmissionFiles, locate
 from autograder.grading.supervisor import SuiteRun, run_hidden_tests
 from autograder.grading.ta_events import keep_sandbox_events
 from autograder.grading.visibility import release_for
+from autograder.inputs.archives import ArchiveError, extract_zip
+from autograder.inputs.notebook import NotebookError, extract_module, module_state
+from autograder.inputs.submission import GradedFile, SubmissionFiles, locate
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.inert import MAX_MESSAGE, clip, label
 from autograder.project.paths import Project

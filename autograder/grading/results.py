@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TypeVar
 
 from autograder.grading.late import LateStatus
-from autograder.grading.submission import GradedFile
+from autograder.inputs.submission import GradedFile
 from autograder.project import inert as _inert
 from autograder.project.config import AssignmentConfig
 from autograder.protocol.statuses import ReportStatus, TestCause, TestOutcome

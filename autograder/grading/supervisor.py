@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from autograder.grading.results import CodingOutcome
-from autograder.grading.submission import SubmissionFiles
+from autograder.inputs.submission import SubmissionFiles
 from autograder.project import budgets
 from autograder.project.assignment import Assignment
 from autograder.protocol.fork_channel import ForkedChild, RunnerServer

@@ -24,8 +24,8 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from autograder.grading.notebook import template_notebook
 from autograder.grading.results import Report
+from autograder.inputs.notebook import template_notebook
 from autograder.project import budgets
 from autograder.project.assignment import Assignment, load_assignment
 from autograder.project.config import load_config

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from autograder.grading.notebook import INSTRUCTIONS_ID, notebook_json, template_cells
+from autograder.inputs.notebook import INSTRUCTIONS_ID, notebook_json, template_cells
 from autograder.project.assignment import Assignment
 from autograder.project.markers import BEGIN, END, strip_solutions
 from autograder.student_files import otter_checks

@@ -159,7 +159,7 @@ def check_code(folder: Path, module: str, functions: list[str] | None,
 # ----------------------------------------------------------------------------- notebooks
 #
 # The one conversion of a notebook into the module, and the one choice between the module and a
-# notebook: the grader runs exactly this code (autograder.grading.notebook and
+# notebook: the grader runs exactly this code (autograder.inputs.notebook and
 # autograder.grading.grade import it
 # from here, in a limited child process), and check.py is this file, so both agree.
 

@@ -20,8 +20,8 @@ from autograder.batch.bundles import (
     write_outputs,
 )
 from autograder.batch.fingerprints import tree_hash
-from autograder.grading import archives
 from autograder.grading.grade import grade
+from autograder.inputs import archives
 from autograder.project.paths import Project
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy"

@@ -12,7 +12,7 @@ from report_records import a_report, a_test
 from autograder.batch.local_workers import _outcome
 from autograder.batch.records import GradeOutcome, GradeTask
 from autograder.grading.results import LateEntry
-from autograder.grading.submission import GradedFile
+from autograder.inputs.submission import GradedFile
 
 REPORT = a_report(a_test("add", "failed", "import_failed", "your module could not be imported",
                          output="printed", feedback=["a hint"]),

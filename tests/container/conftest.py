@@ -23,10 +23,10 @@ import yaml
 from repo_project import REPO
 
 from autograder.gradescope import container
-from autograder.gradescope.bundle import build_bundle
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import key_answers
+from autograder.release.gradescope_bundle import build_bundle
 
 HOSTILE = Path(__file__).with_name("hostile_gradescope.py")
 SABOTEUR = Path(__file__).with_name("saboteur_gradescope.py")

@@ -19,11 +19,11 @@ import pytest
 import yaml
 from repo_project import REPO
 
-from autograder.gradescope.bundle import FALLBACK_MESSAGE
 from autograder.gradescope.container import GRADESCOPE, SELF_HOSTED, ContainerRun, Limits
 from autograder.grading.late import results_shown_at
 from autograder.project.assignment import load_assignment
 from autograder.project.config import load_config
+from autograder.release.gradescope_bundle import FALLBACK_MESSAGE
 
 pytestmark = pytest.mark.deployment
 

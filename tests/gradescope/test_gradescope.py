@@ -22,12 +22,10 @@ import pytest
 import yaml
 from repo_project import REPO
 
-from autograder.gradescope.bundle import (
+from autograder.gradescope.entry import (
     GRADESCOPE_DEFAULT_TIMEOUT_S,
     GRADING_MARGIN_S,
     _grade_timeout,
-    build_bundle,
-    bundle_path,
     fallback_results,
 )
 from autograder.project.assignment import load_assignment
@@ -35,6 +33,7 @@ from autograder.project.config import load_config
 from autograder.project.markers import reference, strip_solutions
 from autograder.project.schemas import validate
 from autograder.release.build import answers_template, key_answers, torch_requirement
+from autograder.release.gradescope_bundle import build_bundle, bundle_path
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = load_assignment("dp_basics", REPO)

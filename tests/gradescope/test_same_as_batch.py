@@ -17,7 +17,7 @@ import pytest
 
 from autograder.batch.driver import batch
 from autograder.batch.gradebook import Gradebook
-from autograder.gradescope.bundle import run_in_container
+from autograder.gradescope.entry import run_in_container
 from autograder.gradescope.metadata import submission_dates
 from autograder.grading.late import SubmissionDates
 from autograder.project.paths import Project

@@ -7,8 +7,8 @@ tests/sandbox/test_reports.py."""
 
 from __future__ import annotations
 
-from autograder.grading.submission import locate
 from autograder.grading.supervisor import run_hidden_tests
+from autograder.inputs.submission import locate
 
 PROBES = '''
 

@@ -16,8 +16,8 @@ from autograder.grading.late import LateStatus
 from autograder.grading.report import _part_views, gradescope_results, points, write_outputs
 from autograder.grading.results import CodingOutcome, apply_late, build_report, coding_results
 from autograder.grading.results import TestResult as Result  # not a pytest class
-from autograder.grading.submission import GradedFile
 from autograder.grading.visibility import Release, student_view
+from autograder.inputs.submission import GradedFile
 from autograder.project.config import load_config
 from autograder.project.inert import clip
 from autograder.project.schemas import validate

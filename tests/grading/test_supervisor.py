@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from autograder.grading import supervisor
-from autograder.grading.submission import SubmissionFiles, locate
 from autograder.grading.supervisor import GradingError, run_hidden_tests
+from autograder.inputs.submission import SubmissionFiles, locate
 
 NO_MODULE = "no toy.py found in your submission"
 ONLY_ADD = {"functions: {add: 3, divide: 3, scale: 2}": "functions: {add: 8}"}

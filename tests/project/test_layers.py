@@ -50,11 +50,15 @@ def test_the_engine_keeps_its_layers():
     ("grading/grade.py", "from autograder.runner import pytest_plugin",
      "The trusted parent"),
     # Gradescope's entry point pulling torch in through the runner's stores
-    ("gradescope/bundle.py", "from autograder.runner import stores", "The trusted parent"),
+    ("gradescope/entry.py", "from autograder.runner import stores", "The trusted parent"),
+    # the bundle's build (release) importing Gradescope's entry point, a layer above it
+    ("release/gradescope_bundle.py", "from autograder.gradescope import entry", "Layers"),
     # the parent importing the runner process's code (it starts it by name)
     ("grading/supervisor.py", "from autograder.runner import suite", "Layers"),
     ("release/validation.py", "from autograder.runner import torch_lookup",
      "The runner is started, never imported"),
+    # what was submitted is read without knowing how it is graded
+    ("inputs/archives.py", "from autograder.grading import grade", "The inputs"),
     # the runner and the parent are independent: neither imports the other
     ("runner/suite.py", "from autograder.grading import grade", "Layers"),
     # torch imported by trusted code outside the runner package
@@ -76,7 +80,7 @@ def test_a_wrong_direction_import_fails_naming_it(tmp_path, module, line, contra
 def test_the_parents_of_a_grading_load_neither_torch_nor_pytest():
     """What the contracts cannot see (an import by name at run time) shows in sys.modules."""
     parents = ("autograder.cli", "autograder.grading.grade", "autograder.batch.worker",
-               "autograder.batch.driver", "autograder.gradescope.bundle")
+               "autograder.batch.driver", "autograder.gradescope.entry")
     code = f"import sys\nfor m in {parents!r}: __import__(m)\n" \
            "print(sorted({'torch', 'pytest'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """Red team: hostile uploads and answers files, handled by the trusted parent itself.
 
-Zip uploads are extracted by `autograder.grading.archives` (no escaping paths, no links, bombs
+Zip uploads are extracted by `autograder.inputs.archives` (no escaping paths, no links, bombs
 stopped while extracting); answers files are parsed by a safe YAML loader (no tags that construct
 objects) with a size cap.
 """

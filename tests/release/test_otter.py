@@ -23,7 +23,7 @@ import pytest
 import yaml
 from repo_project import REPO
 
-from autograder.grading.notebook import extract_module, template_cells
+from autograder.inputs.notebook import extract_module, template_cells
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import (

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.grading.submission import SubmissionFiles
 from autograder.grading.supervisor import GradingError, collect_hidden_tests, run_hidden_tests
+from autograder.inputs.submission import SubmissionFiles
 
 BROKEN = '''
 import pytest

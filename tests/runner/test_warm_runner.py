@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.grade import grade_loaded
-from autograder.grading.submission import SubmissionFiles
 from autograder.grading.supervisor import run_hidden_tests
+from autograder.inputs.submission import SubmissionFiles
 from autograder.project.assignment import load_assignment
 from autograder.project.paths import Project
 from autograder.protocol.fork_channel import SCRATCH_PREFIX, RunnerServer, server_env

@@ -19,8 +19,8 @@ import pytest
 from repo_project import REPO
 
 from autograder.grading.grade import _submission_files, grade_loaded
-from autograder.grading.notebook import NotebookError, extract_module, template_notebook
-from autograder.grading.submission import GradedFile
+from autograder.inputs.notebook import NotebookError, extract_module, template_notebook
+from autograder.inputs.submission import GradedFile
 from autograder.project.assignment import load_assignment
 from autograder.project.markers import reference, strip_solutions
 from autograder.release.build import notebook_instructions
@@ -227,7 +227,7 @@ def test_magics_are_commented_out_and_strings_left_alone(tmp_path: Path) -> None
 
 
 def test_extract_module_refuses_huge_notebooks(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("autograder.grading.notebook.MAX_NOTEBOOK_BYTES", 10)
+    monkeypatch.setattr("autograder.inputs.notebook.MAX_NOTEBOOK_BYTES", 10)
     with pytest.raises(NotebookError, match="larger than"):
         extract_module(write(tmp_path, "dp_basics.ipynb", notebook()), MODULE)
 

@@ -2,7 +2,7 @@
 
 import os
 
-from autograder.grading.submission import locate
+from autograder.inputs.submission import locate
 
 
 def make(tmp_path, *names):

@@ -5,7 +5,7 @@ import zipfile
 
 import pytest
 
-from autograder.grading.archives import ArchiveError, extract_zip
+from autograder.inputs.archives import ArchiveError, extract_zip
 
 
 def make_zip(path, entries):
