@@ -48,15 +48,6 @@ def error_summary(error: str) -> str:
     return (said[0] if said else lines[-1] if lines else "unknown error")[:500]
 
 
-def _for_students(error: str, not_isolated: bool) -> str:
-    """What the student reads of the error: a set-up that cannot isolate their code is named as
-    such (its details, paths and uids, are for staff: extra_data and run_autograder's output)."""
-    if not_isolated:
-        return ("the autograder is misconfigured: it cannot run submissions isolated here, so "
-                "it graded nothing. The course staff must fix its set-up.")
-    return error_summary(error)
-
-
 @dataclass(frozen=True)
 class GradingFailed:
     """Why `autograder grade` left no results: its error text (for staff), and whether it was
@@ -66,13 +57,22 @@ class GradingFailed:
     not_isolated: bool = False
 
 
-def fallback_results(error: str, elapsed: float = 0.0, not_isolated: bool = False) -> dict:
+def _for_students(failed: GradingFailed) -> str:
+    """What the student reads of the error: a set-up that cannot isolate their code is named as
+    such (its details, paths and uids, are for staff: extra_data and run_autograder's output)."""
+    if failed.not_isolated:
+        return ("the autograder is misconfigured: it cannot run submissions isolated here, so "
+                "it graded nothing. The course staff must fix its set-up.")
+    return error_summary(failed.error)
+
+
+def fallback_results(failed: GradingFailed, elapsed: float = 0.0) -> dict:
     """results.json for a submission the grader could not grade: valid, score 0, says why."""
     return {
         "score": 0.0, "execution_time": round(max(elapsed, 0.0), 3),
-        "output": f"{FALLBACK_MESSAGE}\n\nError: {_for_students(error, not_isolated)}",
+        "output": f"{FALLBACK_MESSAGE}\n\nError: {_for_students(failed)}",
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden",
-        "tests": [], "extra_data": {"autograder_error": error[-4000:]},
+        "tests": [], "extra_data": {"autograder_error": failed.error[-4000:]},
     }
 
 
@@ -173,8 +173,7 @@ def _run(root: Path, assignment: str, project: Project, results: Path, staff: Pa
         failed = GradingFailed(traceback.format_exc())
     print(f"run_autograder: grading failed, writing a fallback results.json:\n{failed.error}",
           file=sys.stderr)
-    _write_json(results, fallback_results(failed.error, time.monotonic() - started,
-                                          failed.not_isolated))
+    _write_json(results, fallback_results(failed, time.monotonic() - started))
     _print_status(results.parent, staff, failed.error)
     return 1
 

@@ -25,6 +25,7 @@ from repo_project import REPO
 from autograder.gradescope.entry import (
     GRADESCOPE_DEFAULT_TIMEOUT_S,
     GRADING_MARGIN_S,
+    GradingFailed,
     _grade_timeout,
     fallback_results,
 )
@@ -245,8 +246,8 @@ def test_a_grader_that_cannot_isolate_or_start_a_sandbox_asks_the_student_to_con
 
 @pytest.mark.parametrize("error", ["", "Traceback ...\nKeyError: 'x'", "é\x00\"\\" * 3000])
 def test_fallback_results_are_valid(error: str) -> None:
-    validate(fallback_results(error, 1.5), "gradescope_results.schema.json", "fallback",
-             REPO.schemas)
+    validate(fallback_results(GradingFailed(error), 1.5), "gradescope_results.schema.json",
+             "fallback", REPO.schemas)
 
 
 # ----------------------------------------------------------------------------- docker

@@ -23,7 +23,8 @@ def test_run_autograder_runs_gradescopes_entry_point_by_name() -> None:
     entry = importlib.import_module(ENTRY_MODULE)
     assert callable(entry.main)
     # Both fallbacks, the entry point's and run_autograder's own, say the same to the student.
-    assert entry.fallback_results("boom")["output"].startswith(FALLBACK_MESSAGE)
+    fallback = entry.fallback_results(entry.GradingFailed("boom"))
+    assert fallback["output"].startswith(FALLBACK_MESSAGE)
     assert FALLBACK_MESSAGE in script
 
 
