@@ -17,11 +17,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator
 
 from autograder.batch.records import GradeOutcome, GradeTask
-from autograder.batch.retries import Retries
+from autograder.batch.retries import Queue
 
 STOP_SECONDS = 10.0  # how long stopped workers get to kill their sandboxes before SIGKILL
 # One outcome line: a report is at most a few hundred KiB (report.MAX_FILE_BYTES per file).
@@ -82,10 +81,9 @@ class _Worker:
 
 def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
     """Grade `tasks` on `jobs` warm workers, yielding each outcome as it finishes."""
-    pending = deque(tasks)
+    pending = Queue(tasks, key=lambda task: task.key)
     selector = selectors.DefaultSelector()
     workers: list[_Worker] = []
-    retries = Retries()
 
     def start() -> _Worker:
         worker = _Worker(max(1, min(jobs, len(tasks))))
@@ -95,7 +93,7 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
 
     def feed(worker: _Worker) -> None:
         if pending:
-            worker.give(pending.popleft())
+            worker.give(pending.next())
         else:
             worker.task = None
 
@@ -113,18 +111,12 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
                     task, worker.task = worker.task, None
                     if task is not None and worker.failure:  # (its answer: no retry helps)
                         yield GradeOutcome(task.key, None, worker.failure, 0.0)
-                    elif task is not None:
-                        error = retries.lost(task.key, f"the grading worker died "
-                                                       f"({_ended(code)})")
-                        if error is None:
-                            pending.appendleft(task)  # first, on the new worker
-                        else:
-                            yield GradeOutcome(task.key, None, error, 0.0)
-                        hopeless = retries.hopeless()
-                        if hopeless:  # every worker dies: the rest fails at once
-                            for left in [*pending, *(w.task for w in workers if w.task)]:
-                                yield GradeOutcome(left.key, None, hopeless, 0.0)
-                            pending.clear()
+                    elif task is not None:  # first in line again, on the new worker
+                        running = [w.task for w in workers if w.task]
+                        for failed, error in pending.lost(
+                                task, f"the grading worker died ({_ended(code)})", running):
+                            yield GradeOutcome(failed.key, None, error, 0.0)
+                        if pending.stopped:  # every worker dies: the rest failed at once
                             return
                     if pending:
                         feed(start())
@@ -147,7 +139,7 @@ def run_local(tasks: list[GradeTask], jobs: int) -> Iterator[GradeOutcome]:
                         continue  # nothing was asked: not an outcome
                     outcome = _outcome(worker.task, line)
                     worker.task = None
-                    retries.graded()
+                    pending.graded()
                     yield outcome  # recorded before the worker gets more
                     feed(worker)
     finally:  # also on Ctrl-C, or when the caller stops early

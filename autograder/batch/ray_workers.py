@@ -41,14 +41,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autograder.batch.records import GradeOutcome, GradeTask
-from autograder.batch.retries import Retries
+from autograder.batch.retries import Queue
 
 STOP_SECONDS = 10.0  # how long idle actors get to close (stop their runner server, remove folders)
 # On top of a submission's own budget (timeouts.submission, which bounds its hidden tests): its
@@ -325,12 +324,11 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
     from autograder.batch.bundles import PackError, pack_submission
 
     limits = deadlines or Deadlines()
-    waiting = deque(_Job(t) for t in tasks)
+    waiting = Queue((_Job(t) for t in tasks), key=lambda job: job.task.key)
     idle: list[_Actor] = []
     busy: dict[Any, tuple[_Actor, _Job]] = {}  # call ref -> (actor, job)
     starting: dict[Any, _Actor] = {}  # ref of a `ready` call -> its actor, not yet set up
     alive: list[_Actor] = []
-    retries = Retries()
     any_set_up = False
 
     def start_actor() -> None:
@@ -359,7 +357,7 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
             start_actor()
         while waiting or busy:
             while waiting and idle:
-                job = waiting.popleft()
+                job = waiting.next()
                 try:
                     request = {"key": job.task.key, "submission":
                                pack_submission(Path(job.task.submission)),
@@ -398,11 +396,10 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                         reason = _not_started(ray, limits)
                         for left in [job, *(j for _, j in busy.values()), *waiting]:
                             yield _failed(left, reason)
-                        waiting.clear()
                         return
                     yield from _lose(job, f"no Ray worker was set up within {limits.start:g} "
-                                          "s", retries, waiting, busy)
-                    if retries.hopeless():
+                                          "s", waiting, busy)
+                    if waiting.stopped:
                         return
                     if waiting and len(alive) < workers:
                         start_actor()
@@ -427,13 +424,13 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                 for left in [r for r, w in starting.items() if w is worker]:
                     del starting[left]
                 yield from _lose(job, f"its Ray worker died ({_describe(exc)}; killed for "
-                                      "using too much memory, say)", retries, waiting, busy)
-                if retries.hopeless():
+                                      "using too much memory, say)", waiting, busy)
+                if waiting.stopped:
                     return
                 if waiting and len(alive) < workers:
                     start_actor()
                 continue
-            retries.graded()
+            waiting.graded()
             worker.ready_at = worker.ready_at or time.monotonic()  # if its `ready` is not seen yet
             any_set_up = True
             idle.append(worker)
@@ -454,20 +451,13 @@ def _collect(ray: Any, tasks: list[GradeTask], workers: int, actor: Any, bundle_
                 ray.kill(worker.handle, no_restart=True)
 
 
-def _lose(job: _Job, why: str, retries: Retries, waiting: deque[_Job],
+def _lose(job: _Job, why: str, waiting: Queue[_Job],
           busy: dict[Any, tuple[_Actor, _Job]]) -> Iterator[GradeOutcome]:
-    """`job`'s actor is lost: `job` is queued first again, or fails; when the batch is
-    hopeless (`retries.hopeless()`), so does everything left, and the caller returns."""
-    error = retries.lost(job.task.key, why)
-    if error is None:
-        waiting.appendleft(job)  # first, on a new actor
-    else:
-        yield _failed(job, f"grading on Ray failed: {error}")
-    hopeless = retries.hopeless()
-    if hopeless:  # the caller returns: its `finally` kills the actors still grading
-        for other in [*waiting, *(j for _, j in busy.values())]:
-            yield _failed(other, f"grading on Ray failed: {hopeless}")
-        waiting.clear()
+    """`job`'s actor is lost: `job` is queued first again (on a new actor), or fails; when the
+    batch is hopeless (`waiting.stopped`), so does everything left, and the caller returns
+    (its `finally` kills the actors still grading)."""
+    for failed, error in waiting.lost(job, why, [j for _, j in busy.values()]):
+        yield _failed(failed, f"grading on Ray failed: {error}")
 
 
 def _not_started(ray: Any, limits: Deadlines) -> str:

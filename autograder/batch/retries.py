@@ -10,10 +10,15 @@ more worker per submission.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 MAX_ATTEMPTS = 2  # workers one submission may lose: retried once
 MAX_DEATHS_IN_A_ROW = 4  # workers lost with nothing graded between: the batch stops
+
+Task = TypeVar("Task")
 
 
 @dataclass
@@ -44,3 +49,43 @@ class Retries:
         if self.in_a_row < MAX_DEATHS_IN_A_ROW:
             return None
         return f"{self.in_a_row} grading workers were lost in a row, the last one: {self.last}"
+
+
+class Queue(Generic[Task]):
+    """The tasks waiting for a worker, and the policy above applied to them: what a batch's
+    worker loop (local processes, Ray actors) asks when it hands out a task or loses a worker."""
+
+    def __init__(self, tasks: Iterable[Task], key: Callable[[Task], str]) -> None:
+        self.waiting: deque[Task] = deque(tasks)
+        self.retries = Retries()
+        self._key = key
+        self.stopped: str | None = None  # why the rest of the batch failed at once, if it did
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.waiting)
+
+    def next(self) -> Task:
+        return self.waiting.popleft()
+
+    def graded(self) -> None:
+        self.retries.graded()
+
+    def lost(self, task: Task, why: str, running: Iterable[Task] = ()) -> list[tuple[Task, str]]:
+        """`task`'s worker was lost, for `why`: it waits first in line again (for a new worker),
+        or fails. When that loss makes the batch hopeless, every task waiting or `running` (on
+        the other workers) fails too, and `stopped` says why: the loop ends. Returns each failed
+        task with its error."""
+        failed = []
+        error = self.retries.lost(self._key(task), why)
+        if error is None:
+            self.waiting.appendleft(task)
+        else:
+            failed.append((task, error))
+        self.stopped = self.retries.hopeless()
+        if self.stopped:
+            failed += [(left, self.stopped) for left in [*self.waiting, *running]]
+            self.waiting.clear()
+        return failed
