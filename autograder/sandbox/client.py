@@ -1309,7 +1309,11 @@ class Sandbox:
                 except (wire.WireTooLarge, codec.CodecError) as exc:
                     raise UnreadableReply(f"rank {rank} sent back an unreadable reply: {exc}") \
                         from None
-            replied = True
+            # Kept for later scenarios when every rank replied; not when an observer waits on
+            # ranks that did not all return: their end, closing their sockets, is what ends its
+            # pending collectives at once (torch's FSDP and DDP keep a group's sockets open past
+            # a reset, so the observer would wait out its `wait`).
+            replied = observing is None or all("value" in reply for reply in replies)
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
             views, viewed = self._store_host.views(), True

@@ -151,6 +151,23 @@ def test_an_observer_that_met_the_ranks_gives_the_verdict_whatever_it_noted(make
     assert caught.value.student_error.is_a("NotImplementedError")
 
 
+def test_a_rank_that_raised_is_ended_so_the_observer_is_not_left_waiting(make_sandbox,
+                                                                         tmp_path):
+    """Its group outlives a reset when something still holds it (torch's FSDP and DDP do;
+    here the student's module): only the rank's end closes its sockets, which ends the
+    observer's collective at once rather than after its whole `wait`."""
+    student = ("import torch.distributed as dist\nHELD = []\n"
+               "def contribute(values):\n"
+               "    HELD.append(dist.distributed_c10d._get_default_group())\n"
+               "    raise ValueError('not yet')\n")
+    sandbox = make_sandbox(student, PROBES)
+    started = time.monotonic()
+    with pytest.raises(ObservedFailure) as caught:
+        run(sandbox, tmp_path, [1.0], wait=30.0)
+    assert caught.value.student_error.is_a("ValueError")
+    assert time.monotonic() - started < 15
+
+
 def test_the_students_hang_is_not_the_observers_failure(make_sandbox, tmp_path):
     """An observer that saw everything it waited for gives no verdict: a rank that hangs
     afterwards is a hang as without an observer (retried once by the plugin)."""
