@@ -1,6 +1,7 @@
 """The reference must score 100% with half a CPU (Gradescope's default container).
 
-    .venv/bin/python scripts/half_cpu_check.py [--cpu 0.5] [--memory-mb 768] [--runs 1]
+    .venv/bin/python scripts/half_cpu_check.py [--assignment dp_basics] [--cpu 0.5]
+        [--memory-mb 768] [--runs 1]
 
 Grades the reference solution with the full key (`autograder grade`, cold, as on Gradescope) in
 a cgroup holding a CPU quota of 50000 us per 100000 us (cgroup v2 `cpu.max`, or v1
@@ -29,6 +30,7 @@ from limits import Box  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignment", default="dp_basics")
     parser.add_argument("--cpu", type=float, default=0.5)
     parser.add_argument("--memory-mb", type=int, default=None)
     parser.add_argument("--runs", type=int, default=1)
@@ -38,14 +40,14 @@ def main() -> int:
               "/sys/fs/cgroup are needed)")
         return 0
     work = Path(tempfile.mkdtemp(prefix="half-cpu-"))
-    submission = reference_submission(work / "reference")
+    submission = reference_submission(work / "reference", args.assignment)
     failures = 0
     for run in range(args.runs):
         out = work / f"out-{run}"
         box = Box(cpu=args.cpu, memory_mb=args.memory_mb)
         started = time.perf_counter()
         result = subprocess.run(
-            [str(BIN / "autograder"), "grade", str(submission), "--assignment", "dp_basics",
+            [str(BIN / "autograder"), "grade", str(submission), "--assignment", args.assignment,
              "--out", str(out), "--staff-out", str(out / "staff")],  # the full report
             capture_output=True, text=True, cwd=ROOT, preexec_fn=box.enter)
         wall = time.perf_counter() - started
