@@ -276,9 +276,10 @@ def test_actors_stay_warm_and_runners_are_fresh(cluster, tmp_path):
     assert [o.error for o in outcomes] == [None] * 3
     assert len({o.worker for o in outcomes}) == 1, [o.worker for o in outcomes]
     assert all(o.worker.endswith("gpu=none") for o in outcomes)
-    # The first grading waits for the runner server's imports; a cold runner takes longer
-    # than the warm ones for each submission (about 2 s of imports on this machine).
-    assert min(o.seconds for o in outcomes[1:]) < 5, [o.seconds for o in outcomes]
+    # The first grading waits for the runner server's imports (about 2 s here); the later ones,
+    # forked warm, do not: compared side by side, not against a clock a loaded machine moves.
+    assert min(o.seconds for o in outcomes[1:]) < outcomes[0].seconds, \
+        [o.seconds for o in outcomes]
 
 
 def test_a_worker_that_cannot_grade_says_why_for_each_submission(cluster, tmp_path):
