@@ -12,6 +12,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,18 @@ def spec_for(item: pytest.Item, job: Job) -> tuple[TestSpec | None, list[str]]:
     return TestSpec(item.nodeid, name, function, float(weight), visibility,
                     item.get_closest_marker("gpu") is not None, timeout, uses,
                     item.get_closest_marker("tolerant") is not None), []
+
+
+def number_repeated_names(specs: list[TestSpec]) -> None:
+    """Tests that share a name (a parametrized test's docstring) are told apart by number, in
+    collection order: "f: ... (2 of 4)". Reports, grade sheets and the overview list each test
+    by name; pytest's ids are not shown, since they can give inputs or expected values away."""
+    counts = Counter(spec.name for spec in specs)
+    seen: Counter[str] = Counter()
+    for spec in specs:
+        if counts[spec.name] > 1:
+            seen[spec.name] += 1
+            spec.name = f"{spec.name} ({seen[spec.name]} of {counts[spec.name]})"
 
 
 class NotRun(SandboxFailure):
@@ -529,6 +542,7 @@ class GradingPlugin:
         for spec in self.specs.values():
             total = weights[spec.function]
             spec.points = self.job.functions[spec.function] * spec.points / total if total else 0.0
+        number_repeated_names(list(self.specs.values()))
         if problems:
             self.emit(Error(message="invalid hidden tests:\n  - " + "\n  - ".join(problems)))
             raise pytest.UsageError("invalid hidden tests")

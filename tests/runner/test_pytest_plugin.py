@@ -179,6 +179,36 @@ def test_markers_and_docstrings_become_the_specs(assignment, tmp_path):
     assert by_name["add: weighs two"]["timeout"] == 8
 
 
+REPEATED = '''
+import pytest
+
+
+@pytest.mark.parametrize("n, expected", [(2, 4), (3, 9)])
+def test_add_square(student, n, expected):
+    """add: squares"""
+
+
+def test_add_once(student):
+    """add: once"""
+
+
+def test_divide(student):
+    """divide: once"""
+
+
+def test_scale(student):
+    """scale: once"""
+'''
+
+
+def test_tests_that_share_a_name_are_numbered_without_their_ids(assignment, tmp_path):
+    # A parametrized test's cases share its docstring: each report row and grade-sheet column
+    # needs its own name, and pytest's ids ("2-4") would show the expected values.
+    specs = collect_hidden_tests(assignment(REPEATED), tmp_path)
+    assert [s["name"] for s in specs] == ["add: squares (1 of 2)", "add: squares (2 of 2)",
+                                          "add: once", "divide: once", "scale: once"]
+
+
 ENDINGS = '''
 import pytest
 
