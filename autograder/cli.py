@@ -83,7 +83,8 @@ def project_options(command: Callable) -> Callable:
                   help="The project's folder (default: AUTOGRADER_ROOT, else the nearest "
                        "folder holding a grading.yml from here upward).")
     @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                  help="The grading.yml to use (default: the project's).")
+                  help="The grading.yml to use (default: the project's); the folder "
+                       "holding it is the project.")
     @click.pass_context
     @functools.wraps(command)
     def with_project(ctx: click.Context, *args: Any, root: Path | None,
@@ -104,6 +105,11 @@ def _choose(ctx: click.Context, root: Path | None, config: Path | None) -> Proje
         config = config.resolve()
         if not config.is_file():
             raise click.BadParameter(f"{config} does not exist", param_hint="--config")
+        if root is not None and root.resolve() != config.parent:
+            # (child processes find the project again from its root alone)
+            raise click.UsageError(f"--config {config} makes its folder the project, not "
+                                   f"--root {root}: give one of them (a grading.yml's project is "
+                                   "the folder holding it, with its assignments/)")
         chosen = Project.of_config(config, "from --config")
     elif root is not None:
         chosen = Project.at(root, "from --root")

@@ -63,6 +63,18 @@ def test_a_total_the_parts_do_not_add_up_to_is_refused(tmp_path):
            "is 10" in result.stderr
 
 
+def test_a_config_outside_the_root_given_is_refused_not_silently_preferred(tmp_path):
+    # A grading.yml's project is the folder holding it (child processes find it again from
+    # that folder alone), so --root naming another one is a contradiction, said as such.
+    course = tmp_path / "course"
+    shutil.copytree(TOY, course)
+    result = run("validate", "toy", "--root", str(TOY), "--config", str(course / "grading.yml"))
+    assert result.returncode == 2
+    assert "makes its folder the project, not --root" in result.stderr
+    assert run("validate", "toy", "--root", str(course),
+               "--config", str(course / "grading.yml")).returncode == 0
+
+
 def test_grade_prints_scores_and_where_the_reports_are(tmp_path):
     out = tmp_path / "out"
     result = run("grade", str(TOY / "submissions" / "good"), "--assignment", "toy", "--out",
