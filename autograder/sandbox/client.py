@@ -280,14 +280,9 @@ class _Observing:
         self._start = start
         self.process: ObserverProcess | None = None
         self.ended_first = False  # whether it had ended when the student's ranks timed out
-        self.ended_before_replies = False  # whether it had ended when their replies were in
 
     def start(self, ports: list[int]) -> None:
         self.process = self._start(ports)
-
-    def replied(self) -> None:
-        """The student's ranks all replied (before they are ended, which would end it)."""
-        self.ended_before_replies = self.process is not None and self.process.ended()
 
     def timed_out(self) -> None:
         """The student's ranks ran out of time: the observer's verdict stands only if it had
@@ -1243,11 +1238,9 @@ class Sandbox:
                 # own error, say an import's, is why)
                 raise
             # What the student's code raised meanwhile, unless it was only torch.distributed
-            # saying that its peer, the observer, had ended (a RuntimeError raised after the
-            # observer ended; one raised while it still waited is the student's own).
+            # saying that its peer, the observer, had ended (a RuntimeError).
             student = exc if isinstance(exc, StudentError) else None
-            if student is not None and not (student.is_a("RuntimeError")
-                                            and observing.ended_before_replies):
+            if student is not None and not student.is_a("RuntimeError"):
                 failure = f"{failure}; meanwhile {student}"
             raise ObservedFailure(failure, student) from None
         except BaseException:
@@ -1320,8 +1313,6 @@ class Sandbox:
             # ranks that did not all return: their end, closing their sockets, is what ends its
             # pending collectives at once (torch's FSDP and DDP keep a group's sockets open past
             # a reset, so the observer would wait out its `wait`).
-            if observing is not None:
-                observing.replied()
             replied = observing is None or all("value" in reply for reply in replies)
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
