@@ -12,7 +12,6 @@ them), so what the student's rank must send is computed here, never taken from i
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 import torch.distributed as dist
@@ -20,7 +19,13 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from autograder.runner.observe import Unanswered, join_group, posted, wait_at_most
+from autograder.runner.observe import (
+    Unanswered,
+    hold_until_waiting,
+    join_group,
+    posted,
+    wait_at_most,
+)
 
 import probes
 
@@ -57,7 +62,7 @@ def averaged(seat, widths: list[int], state: dict, lr: float, shards: list,
 
 
 def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
-               gate_values: list | None, delay: float, cap_bytes: float | None = None) -> dict:
+               gate_values: list | None, hold: float, cap_bytes: float | None = None) -> dict:
     """`overlapped_gradient_sync` (`cap_bytes` None: one collective per parameter, in the order
     the gradients become ready) or `bucketed_gradient_sync` (one per bucket of at most
     `cap_bytes`, in reverse parameter order): the same averages, started during backward and
@@ -67,10 +72,12 @@ def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
     model's backward cannot pass gate 1 (below the head) until this rank sends its value, nor
     gate 2 (before the last block) until the head's gradients have arrived here. A rank that
     sends its gradients only after backward never gets gate 2's value; one that waits for a
-    collective inside its hook never reaches gate 1. The last collective of the last step is
-    answered `delay` seconds late: a rank that steps without waiting for it steps on a
-    gradient that is not yet the average, and ends with other parameters (once is enough;
-    each delay is a wait of the whole grading)."""
+    collective inside its hook never reaches gate 1.
+
+    Also causal: the last collective of the last step is held back until the student's rank
+    is blocked (`hold_until_waiting`, at most `hold` seconds), its gates all sent: a rank that
+    waits for it is then waiting, one that steps without waiting has stepped on a gradient that
+    is not yet the average, and ends with other parameters (once is enough)."""
     join_group(seat)
     gated = gate_values is not None
     gates = dist.new_group(list(range(seat.world_size))) if gated else None
@@ -98,8 +105,12 @@ def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
         for i, group in enumerate(groups):
             if errors:
                 break
-            if i == len(groups) - 1 and step == len(shards[seat.rank]) - 1 and delay:
-                time.sleep(delay)
+            if i == len(groups) - 1 and step == len(shards[seat.rank]) - 1 and hold:
+                if server is not None and head_done.is_set():
+                    server.join(seat.wait + 2)  # (the gates sent: nothing else to wait on)
+                    if errors:
+                        break
+                hold_until_waiting(seat, hold)
             seat.note(f"step {step}: all_reduce #{i}, {_what(group, names)}, in the order "
                       f"the gradients are ready")
             try:

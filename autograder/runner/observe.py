@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autograder.sandbox.observer import Observer, Seat
+from autograder.sandbox.observer import Observer, Seat, until_blocked
 
 
 class Unanswered(Exception):
@@ -92,6 +92,16 @@ def posted(seat: Seat, work: dist.Work) -> None:
         work.wait(timeout=datetime.timedelta(seconds=seat.wait))
     except Exception as exc:  # noqa: BLE001 - gloo says all of it with RuntimeError
         raise Unanswered(_first_line(exc)) from exc
+
+
+def hold_until_waiting(seat: Seat, at_most: float) -> bool:
+    """Hold this rank back (before posting its next collective) until every student's rank of
+    the scenario is blocked, at most `at_most` seconds: True when they blocked. Blocked while
+    this rank holds back, a rank either waits for the collective held back (right) or has
+    gone on without it and waits on a later one (its next step then shows it); one that still
+    runs is given up to `at_most`. Decided from the kernel's view of their threads
+    (sandbox.observer.until_blocked), not from anything they say."""
+    return until_blocked(seat.ranks, at_most)
 
 
 # torch.distributed, and DDP's forward (torch.nn.parallel), which runs collectives too

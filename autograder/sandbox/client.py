@@ -276,13 +276,16 @@ def caught_errors(reply: dict, function: str) -> list[StudentError]:
 class _Observing:
     """A scenario's observer (observer.py), started once the stores' ports are known."""
 
-    def __init__(self, start: Callable[[list[int]], ObserverProcess]) -> None:
+    def __init__(self, start: Callable[[list[int], tuple[int, ...]], ObserverProcess]
+                 ) -> None:
         self._start = start
         self.process: ObserverProcess | None = None
         self.ended_first = False  # whether it had ended when the student's ranks timed out
 
-    def start(self, ports: list[int]) -> None:
-        self.process = self._start(ports)
+    def start(self, ports: list[int], ranks: tuple[int, ...]) -> None:
+        """Start it for the stores at `ports`, the student's ranks being the processes
+        `ranks` (pids here)."""
+        self.process = self._start(ports, ranks)
 
     def timed_out(self) -> None:
         """The student's ranks ran out of time: the observer's verdict stands only if it had
@@ -1211,10 +1214,10 @@ class Sandbox:
                                        gpus, per_rank, stores, store_host, None, None, reuse)
         if not 0 <= observer.rank < world_size:
             raise ValueError(f"an observer's rank must be below {world_size}")
-        def start(ports: list[int]) -> ObserverProcess:
+        def start(ports: list[int], ranks: tuple[int, ...]) -> ObserverProcess:
             netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
             return ObserverProcess(observer, world_size, ports, store_host, netns,
-                                   output_dir / "observer", timeout)
+                                   output_dir / "observer", timeout, ranks)
 
         observing = _Observing(start)
         try:
@@ -1281,8 +1284,8 @@ class Sandbox:
             if any(process.gone() for process in processes if process.pid in reused):
                 raise _EndedEarlier()  # a kept rank ended since its reset: not this one's doing
             ports = self._stores(stores, store_host)
-            if observing is not None:
-                observing.start(ports)
+            if observing is not None:  # (a pid < 0 stands for a worker already ended)
+                observing.start(ports, tuple(p.pid for p in processes if p.pid > 0))
             for process in processes:
                 rank = process.rank
                 own = () if per_rank is None else (per_rank[rank],)

@@ -61,6 +61,7 @@ class Seat:
     timeout: float  # seconds it has in all (the scenario's)
     note: Callable[[str], None]  # one line on what it is about to do, written at once
     joined: Callable[[], None]  # says it has met the student's ranks (their group is up)
+    ranks: tuple[int, ...] = ()  # the student's rank processes (pids here; () unknown)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ class ObserverProcess:
     """One scenario's observer, forked from this (trusted) process."""
 
     def __init__(self, observer: Observer, world_size: int, ports: list[int], host: str,
-                 netns_pid: int | None, folder: Path, timeout: float) -> None:
+                 netns_pid: int | None, folder: Path, timeout: float,
+                 ranks: tuple[int, ...] = ()) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.record_path, self.output_path = folder / "observer.jsonl", folder / "observer.log"
         self.deadline = time.monotonic() + timeout + GRACE_SECONDS
@@ -109,7 +111,7 @@ class ObserverProcess:
             self.pid = os.fork()
             if self.pid == 0:
                 _observe(observer, world_size, tuple(ports), host, netns_pid, record_fd,
-                         output_fd, timeout)
+                         output_fd, timeout, ranks)
         finally:
             os.close(record_fd)
             os.close(output_fd)
@@ -188,7 +190,8 @@ class ObserverProcess:
 
 
 def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: str,
-             netns_pid: int | None, record_fd: int, output_fd: int, timeout: float) -> None:
+             netns_pid: int | None, record_fd: int, output_fd: int, timeout: float,
+             ranks: tuple[int, ...]) -> None:
     """The observer process: never returns."""
     try:
         os.dup2(output_fd, 1)
@@ -212,7 +215,8 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
         def joined() -> None:
             _write(record_fd, {"joined": True})
 
-        seat = Seat(observer.rank, world_size, ports, host, observer.wait, timeout, note, joined)
+        seat = Seat(observer.rank, world_size, ports, host, observer.wait, timeout, note, joined,
+                    ranks)
         record = observer.run(seat)
         _write(record_fd, {"record": record})
     except BaseException as exc:  # noqa: BLE001 - said in its record, for the runner
@@ -264,6 +268,63 @@ def _write(fd: int, entry: dict) -> None:
     data = (json.dumps(entry, default=str) + "\n").encode()
     while data:
         data = data[os.write(fd, data):]
+
+
+def until_blocked(pids: tuple[int, ...], at_most: float, interval: float = 0.002) -> bool:
+    """Wait until no thread of the processes `pids` runs or can run: every one asleep (or
+    stopped, or ended) at two looks `interval` apart, none having run in between. True when
+    they blocked; False after `at_most` seconds, and when they cannot be seen (no pid, a /proc
+    that hides them), after `at_most` seconds too: as long as a caller would wait without this.
+
+    Read from the kernel (/proc/PID/task/*/stat and schedstat), never from the processes: what
+    they report of themselves can be forged, their scheduling state cannot."""
+    deadline = time.monotonic() + at_most
+    try:
+        last = _run_time(pids)
+        while time.monotonic() < deadline:
+            time.sleep(interval)
+            now = _run_time(pids)
+            if now is not None and now == last:
+                return True
+            last = now
+    except _Unseen:
+        time.sleep(max(0.0, deadline - time.monotonic()))
+    return False
+
+
+class _Unseen(Exception):
+    """The processes' threads cannot be read here."""
+
+
+def _run_time(pids: tuple[int, ...]) -> int | None:
+    """The summed run time (ns) of the processes' threads while every one of them sleeps; None
+    while one runs or waits to run (or is in the kernel's uninterruptible wait)."""
+    if not pids:
+        raise _Unseen()
+    total = 0
+    for pid in pids:
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue  # ended: it runs nothing more
+        except OSError:
+            raise _Unseen() from None
+        for tid in threads:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+                    state = stat.read().rsplit(b")", 1)[1].split(None, 1)[0]
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as schedstat:
+                    total += int(schedstat.read().split(None, 1)[0])
+            except FileNotFoundError:
+                continue  # the thread ended
+            except (OSError, ValueError, IndexError):
+                raise _Unseen() from None
+            if state not in _ASLEEP:
+                return None
+    return total
+
+
+_ASLEEP = (b"S", b"T", b"t", b"Z", b"X", b"I")  # (of /proc's states: not R, nor D)
 
 
 def _tail(path: Path, limit: int) -> str:

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from autograder.runner.observe import join_group, observe, posted
+from autograder.runner.observe import hold_until_waiting, join_group, observe, posted
 from autograder.sandbox.client import ObservedFailure, SandboxTimeout, StudentError
 from autograder.sandbox.isolation import OBSERVER_UID_RANGE, UID_RANGE
-from autograder.sandbox.observer import Observed, ObserverBroken
+from autograder.sandbox.observer import Observed, ObserverBroken, until_blocked
 
 PROBES = """
 def send_values(mod, rank, world_size, port, own):
@@ -239,3 +239,63 @@ def test_ranks_that_run_out_of_time_while_the_observer_waits_timed_out(make_sand
         sandbox.run_ranks("send_values", 2, (), 3, tmp_path, "contribute",
                           per_rank=[None, [1.0]], observer=observe(received, 1, rank=0,
                                                                    wait=30.0))
+
+
+def held(seat, at_most):
+    """An observer that holds its collective back until the student's rank waits for it."""
+    join_group(seat)
+    blocked = hold_until_waiting(seat, at_most)
+    buffer = torch.zeros(1)
+    seat.note("all_reduce #0 (1 float32)")
+    posted(seat, dist.all_reduce(buffer, async_op=True))
+    return {"blocked": blocked, "ranks": list(seat.ranks), "got": buffer.tolist()}
+
+
+def test_an_observer_knows_when_the_students_rank_waits_for_it(make_sandbox, tmp_path):
+    """The observer is told the student's rank processes, and sees (from the kernel) that the
+    rank is blocked in the collective it holds back: it need not wait out its limit."""
+    sandbox = make_sandbox(HONEST, PROBES)
+    results = sandbox.run_ranks("send_values", 2, (), 60, tmp_path, "contribute",
+                                per_rank=[None, [5.0]],
+                                observer=observe(held, 30.0, rank=0, wait=40.0))
+    assert results.observed["blocked"] is True and results.observed["got"] == [5.0]
+    assert results.observed["ranks"] == [sandbox._kept.processes()[0].pid]
+
+
+def test_a_rank_still_running_is_held_for_the_whole_limit(make_sandbox, tmp_path):
+    busy = """
+import time, torch.distributed as dist
+def contribute(values):
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        pass
+    dist.all_reduce(values)
+"""
+    sandbox = make_sandbox(busy, PROBES)
+    results = sandbox.run_ranks("send_values", 2, (), 60, tmp_path, "contribute",
+                                per_rank=[None, [5.0]],
+                                observer=observe(held, 0.5, rank=0, wait=10.0))
+    assert results.observed["blocked"] is False and results.observed["got"] == [5.0]
+
+
+def test_until_blocked_reads_the_kernels_view_of_each_thread(tmp_path):
+    import subprocess
+    import sys
+
+    asleep = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                              stdin=subprocess.PIPE)
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    try:
+        time.sleep(0.5)  # (the sleeper past its start)
+        assert until_blocked((asleep.pid,), 10.0) is True
+        assert until_blocked((asleep.pid, ended.pid), 10.0) is True  # an ended one runs nothing
+        assert until_blocked((asleep.pid, spinning.pid), 0.3) is False
+        # none to look at: as long as without a look
+        started = time.monotonic()
+        assert until_blocked((), 0.3) is False and time.monotonic() - started >= 0.3
+    finally:
+        for process in (asleep, spinning):
+            process.kill()
+            process.wait()
