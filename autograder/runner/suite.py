@@ -51,10 +51,29 @@ def limit_memory(headroom: int = MEMORY_HEADROOM) -> int | None:
     return limit
 
 
+def preload() -> None:
+    """Import what every runner uses, before it forks anything: once for all runners in a warm
+    server (runner.warm), at the start in a cold one (`run`). What a runner imports later, each
+    process it forks (a scenario's observer) imports again: torch's optimizers import
+    torch._dynamo on first use, 0.5 s of CPU in each."""
+    import importlib
+    import pdb  # noqa: F401 - what pytest's debugging plugin imports in every session
+
+    import torch._dynamo  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+    from _pytest.config import default_plugins
+
+    for name in default_plugins:  # loaded by every runner's session (0.08 s a grading)
+        importlib.import_module(f"_pytest.{name}")
+
+
 def run(job: Job, results_fd: int, zygotes: ZygoteSource | None = None) -> int:
     """Run the hidden suite of `job`, streaming events to `results_fd`; `zygotes`: a warm
     runner server's channel for sandbox zygotes (None: started cold)."""
     import torch
+
+    preload()  # (a warm server's runner has it all already)
 
     gpus = hide_from_runner()  # first: nothing before it may touch CUDA
     torch.set_num_threads(1)  # little math here; each thread would take address space too

@@ -32,25 +32,17 @@ from autograder.sandbox_runtime import fork_server
 
 
 def serve(control_fd: int) -> None:
-    import pdb  # noqa: F401 - what pytest's debugging plugin imports in every session
-
-    import pytest  # noqa: F401 - what every runner would import again
     import torch
-    import torch._dynamo  # noqa: F401 - and every sandbox zygote (see sandbox_runtime.worker)
-    import torch.distributed  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
-    from _pytest.config import default_plugins
 
     from autograder.project import budgets
 
     # What every forked runner uses (see _become_runner), imported once, here.
     from autograder.protocol import fork_channel, job  # noqa: F401
-    from autograder.runner import suite  # noqa: F401
+    from autograder.runner import suite
     from autograder.sandbox import client as sandbox  # noqa: F401
     from autograder.sandbox.isolation import IsolationUnavailable, detect
 
-    for name in default_plugins:  # loaded by every runner's session (0.08 s a grading)
-        importlib.import_module(f"_pytest.{name}")
+    suite.preload()  # (torch._dynamo too: every sandbox zygote forked here imports it)
 
     # Everything a warm zygote's workers import, imported here: a fork enters a file-system
     # view where the grader's package is not, so a module imported later fails (simulated
