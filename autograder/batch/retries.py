@@ -57,7 +57,7 @@ class Queue(Generic[Task]):
 
     def __init__(self, tasks: Iterable[Task], key: Callable[[Task], str]) -> None:
         self.waiting: deque[Task] = deque(tasks)
-        self.retries = Retries()
+        self._retries = Retries()
         self._key = key
         self.stopped: str | None = None  # why the rest of the batch failed at once, if it did
 
@@ -71,7 +71,8 @@ class Queue(Generic[Task]):
         return self.waiting.popleft()
 
     def graded(self) -> None:
-        self.retries.graded()
+        """A worker answered (see Retries.graded)."""
+        self._retries.graded()
 
     def lost(self, task: Task, why: str, running: Iterable[Task] = ()) -> list[tuple[Task, str]]:
         """`task`'s worker was lost, for `why`: it waits first in line again (for a new worker),
@@ -79,12 +80,12 @@ class Queue(Generic[Task]):
         the other workers) fails too, and `stopped` says why: the loop ends. Returns each failed
         task with its error."""
         failed = []
-        error = self.retries.lost(self._key(task), why)
+        error = self._retries.lost(self._key(task), why)
         if error is None:
             self.waiting.appendleft(task)
         else:
             failed.append((task, error))
-        self.stopped = self.retries.hopeless()
+        self.stopped = self._retries.hopeless()
         if self.stopped:
             failed += [(left, self.stopped) for left in [*self.waiting, *running]]
             self.waiting.clear()
