@@ -901,6 +901,7 @@ class Sandbox:
         # ranks use real GPUs, whose state a reset does not undo.
         self.keep_ranks = keep_ranks
         self._kept = _KeptRanks()
+        self._stores_seen: list[StoreView] = []  # the last scenario's stores, once it ended
         self._rank_logs = 0
         self.starts = starts
         # Each serving worker's start and import is charged to it, the first zygote's start
@@ -1236,7 +1237,12 @@ class Sandbox:
                 raise
             observed = process.finish(observer.wait + GRACE_SECONDS)
             failure = observed.failure()
-            if failure is None or not observed.joined:
+            # Met: the observer said so, or every rank reached the group at the grader's store
+            # (a rank that raised right after its group was up may be ended before the
+            # observer's side of the group's start is done, and with it the observer's join).
+            met = observed.joined or any(len(view.ranks_met()) == world_size
+                                         for view in self._stores_seen)
+            if failure is None or not met:
                 # (no failure of theirs, or the student's ranks never met the observer: their
                 # own error, say an import's, is why)
                 raise
@@ -1275,7 +1281,8 @@ class Sandbox:
         processes = [process for process in slots if process is not None]
         reused = {process.pid for process in processes}
         ports: list[int] = []
-        viewed = replied = False
+        self._stores_seen = []
+        viewed = reusable = False
         try:
             for index, kept in enumerate(slots):
                 if kept is None:
@@ -1316,19 +1323,20 @@ class Sandbox:
             # ranks that did not all return: their end, closing their sockets, is what ends its
             # pending collectives at once (torch's FSDP and DDP keep a group's sockets open past
             # a reset, so the observer would wait out its `wait`).
-            replied = observing is None or all("value" in reply for reply in replies)
+            reusable = observing is None or all("value" in reply for reply in replies)
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
             views, viewed = self._store_host.views(), True
+            self._stores_seen = views
             return RankResults([_outcome(reply, what, function) for reply in replies], views,
                                [process.rank for process in processes])
         finally:
-            if ports and not viewed:
-                self._store_host.views()  # (stops this scenario's stores)
+            if ports and not viewed:  # (stops this scenario's stores)
+                self._stores_seen = self._store_host.views()
             try:
                 _copy_rank_output(processes, output_dir, self.limits.output_bytes)
             finally:
-                if replied and self.keep_ranks:  # every rank is done with its peers
+                if reusable and self.keep_ranks:  # every rank is done with its peers
                     table = self._table()
                     keep, end = self._fit_to_keep(processes, table)
                     end += self._kept.give(gpus, keep)
