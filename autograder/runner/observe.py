@@ -53,7 +53,8 @@ def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -
                 raise  # the observer's own mistake: the grader's failure
             where = f" at: {last[0]}" if last else ""
             return {"failure": f"the grader's own rank in this scenario got no matching "
-                               f"collective from your ranks{where} ({_first_line(exc)})"}
+                               f"collective from your ranks{where} ({_first_line(exc)})",
+                    "unanswered": True}
         if type(record) is not dict:
             raise TypeError(f"an observer returns a dict, not {type(record).__name__}")
         return record

@@ -1246,10 +1246,11 @@ class Sandbox:
                 # (no failure of theirs, or the student's ranks never met the observer: their
                 # own error, say an import's, is why)
                 raise
-            # What the student's code raised meanwhile, unless it was only torch.distributed
-            # saying that its peer, the observer, had ended (a RuntimeError).
+            # What the student's code raised meanwhile, unless it may be only torch.distributed
+            # saying that its peer, the observer, had ended first (a RuntimeError).
             student = exc if isinstance(exc, StudentError) else None
-            if student is not None and not student.is_a("RuntimeError"):
+            if student is not None and (observed.waited_in_vain
+                                        or not student.is_a("RuntimeError")):
                 failure = f"{failure}; meanwhile {student}"
             raise ObservedFailure(failure, student) from None
         except BaseException:

@@ -84,6 +84,11 @@ class Observed:
     joined: bool  # whether it met the student's ranks (Seat.joined)
     ended: str | None  # how it ended when not by returning its record
     output: str  # the end of what it printed (gloo's message, when gloo aborted it)
+    # It waited in vain for the student's ranks: a collective of its own went unanswered (or
+    # gloo ended it: a peer gone), or it was still waiting when they had ended. What they
+    # raised came first, then; not so when it ended on its own (a wrong value it saw, gloo
+    # aborting it), after which their collectives fail for want of it.
+    waited_in_vain: bool = False
 
     def failure(self) -> str | None:
         """What the observer saw go wrong, for the student; None when it saw nothing wrong."""
@@ -120,12 +125,12 @@ class ObserverProcess:
     def finish(self, grace: float) -> Observed:
         """Wait for it to end, once the student's ranks have ended: at most `grace` seconds
         (nothing can answer its collectives any more), then kill it; read what it left."""
-        ended = None
+        ended, waiting = None, False
         deadline = min(self.deadline, time.monotonic() + grace)
         while not self.ended():
             if time.monotonic() >= deadline:
                 self.kill()
-                ended = "was still waiting when your ranks had ended"
+                ended, waiting = "was still waiting when your ranks had ended", True
             else:
                 time.sleep(0.005)
         notes, joined, raised, record = self._read_records()
@@ -139,7 +144,9 @@ class ObserverProcess:
             elif record is None:
                 ended = "ended without a record"
         output = _tail(self.output_path, MAX_OUTPUT_BYTES)
-        return Observed(record, tuple(notes[-NOTES_KEPT:]), joined, ended, output)
+        unanswered = ended is None and record is not None and record.get("unanswered") is True
+        return Observed(record, tuple(notes[-NOTES_KEPT:]), joined, ended, output,
+                        waiting or unanswered)
 
     def ended(self) -> bool:
         """Whether it has ended, as far as can be told at once."""

@@ -105,6 +105,7 @@ def contribute(values):
     with pytest.raises(ObservedFailure) as caught:
         run(sandbox, tmp_path, [1.0, 2.0, 3.0], wait=1.0)
     assert said in str(caught.value)
+    assert "meanwhile" not in str(caught.value)  # (gloo's errors once the observer ended)
     assert time.monotonic() - started < 30  # the observer's wait, not the call's time limit
 
 
@@ -130,6 +131,15 @@ def test_what_the_students_rank_raised_comes_with_the_observers_verdict(make_san
         run(sandbox, tmp_path, [1.0], wait=1.0)
     assert caught.value.student_error is not None
     assert caught.value.student_error.is_a("NotImplementedError")
+
+
+def test_a_runtime_error_of_the_students_own_comes_with_the_verdict(make_sandbox, tmp_path):
+    """Raised while the observer waited in vain, a RuntimeError is the student's own; one
+    raised once the observer had ended (gloo's, its peer gone) is left out (see above)."""
+    sandbox = make_sandbox("def contribute(values):\n    raise RuntimeError('boom')\n", PROBES)
+    with pytest.raises(ObservedFailure, match="meanwhile.*RuntimeError.*boom") as caught:
+        run(sandbox, tmp_path, [1.0], wait=1.0)
+    assert caught.value.student_error.is_a("RuntimeError")
 
 
 def received_quietly(seat, size):
