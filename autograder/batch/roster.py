@@ -34,6 +34,7 @@ from autograder.batch.records import ClassSubmission, Submitter
 from autograder.inputs.archives import ArchiveError, extract_zip
 from autograder.inputs.submission import upload_path
 from autograder.project.late_policy import parse_timestamp
+from autograder.project.yaml_errors import not_valid_yaml
 
 METADATA = "submission_metadata.yml"
 MAX_METADATA_BYTES = 64 << 20  # a real export's metadata, results included, is a few MiB
@@ -136,10 +137,7 @@ def load_metadata(file: Path) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_MetadataLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RosterError(f"{file.name} is not valid YAML{at}: {problem}") from None
+        raise RosterError(not_valid_yaml(file.name, exc)) from None
     except RecursionError:
         raise RosterError(f"{file.name} is nested too deeply to be submission metadata") \
             from None

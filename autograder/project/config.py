@@ -16,6 +16,7 @@ from autograder.project.late_policy import LatePolicy, parse_timestamp
 from autograder.project.paths import Project
 from autograder.project.schemas import SchemaError, validate, with_defaults
 from autograder.project.settings import WHOLE, read, setting
+from autograder.project.yaml_errors import not_valid_yaml
 
 
 class ConfigError(ValueError):
@@ -111,7 +112,7 @@ def load_config(project: Project) -> dict[str, AssignmentConfig]:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        raise ConfigError(not_valid_yaml(str(path), exc)) from None
     try:
         validate(raw, "grading.schema.json", path.name, project.schemas)
     except SchemaError as exc:

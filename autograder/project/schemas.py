@@ -7,6 +7,7 @@ decides which, never the working folder at import.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from functools import cache
 from pathlib import Path
@@ -32,9 +33,19 @@ def validate(document: Any, schema_name: str, label: str, schemas: Path) -> None
         schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path)))
     if errors:
-        lines = [f"{label}: {'.'.join(map(str, e.path)) or '(top level)'}: {e.message}"
+        lines = [f"{label}: {'.'.join(map(str, e.path)) or '(top level)'}: {_message(e)}"
                  for e in errors]
         raise SchemaError("\n".join(lines))
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    """jsonschema's message, but for a date where text was wanted: YAML reads an unquoted
+    date or time as one (not a string), and its Python repr helps nobody."""
+    if error.validator == "type" and isinstance(error.instance, (datetime.date, datetime.time)):
+        text = error.instance.isoformat()
+        return (f"{text} must be written in quotes (\"{text}\"): unquoted, YAML reads it as a "
+                f"date, not as text")
+    return error.message
 
 
 def with_defaults(document: Any, schema_name: str, schemas: Path, node: str = "#") -> Any:

@@ -28,6 +28,7 @@ import yaml
 
 from autograder.project.inert import label
 from autograder.project.question_bank import Question, QuestionBank, answers_schema
+from autograder.project.yaml_errors import not_valid_yaml, yaml_problem
 from autograder.sandbox.untrusted_parse import ChildFailed, run_limited
 from autograder.student_files.check import DuplicateAnswer, answers_loader, normalise_letters
 
@@ -109,15 +110,14 @@ def _json_int(text: str) -> int | Opaque:
 
 
 def _yaml_error(name: str, exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    where, _ = yaml_problem(exc)
     problem = getattr(exc, "problem", None) or str(exc)
     if "could not determine a constructor for the tag" in problem:
         tag = problem.split("tag", 1)[1].strip().strip("'").replace("tag:yaml.org,2002:", "!!")
         # The tag is the student's text, of any length: shown as a short label.
         return (f"{name}{where}: the YAML tag {label(tag, 80)} is not allowed; answers may only "
                 "hold letters and lists of letters, e.g. question_id: B")
-    return f"{name} is not valid YAML{where}: {label(problem, 300)}"
+    return not_valid_yaml(name, exc)
 
 
 def load_answers(path: Path) -> tuple[dict[Any, Any], list[str]]:

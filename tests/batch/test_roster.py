@@ -218,7 +218,7 @@ submission_2:
 
 
 @pytest.mark.parametrize("metadata, message", [
-    ("submission_1: [\n", r"submission_metadata.yml is not valid YAML \(line 2, column 1\)"),
+    ("submission_1: [\n", r"submission_metadata.yml is not valid YAML at line 2, column 1"),
     ("", "submission_metadata.yml is empty: it lists no submissions"),
     ("- submission_1\n- submission_2\n",
      "submission_metadata.yml should map each submission folder to its metadata, but it "

@@ -146,6 +146,21 @@ def test_errors_name_the_bad_key(tmp_path, change, message):
     assert message in str(info.value)
 
 
-def test_malformed_yaml_is_reported(tmp_path):
-    with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(Project.of_config(write(tmp_path, "assignments: [\n")))
+def test_malformed_yaml_is_one_problem_naming_the_file_and_the_line(tmp_path):
+    path = write(tmp_path, "assignments: [\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(Project.of_config(path))
+    message = str(info.value)
+    assert message.startswith(f"{path} is not valid YAML at line 2, column 1: ")
+    assert "\n" not in message and "<unicode string>" not in message
+
+
+def test_an_unquoted_date_is_told_to_be_quoted(tmp_path):
+    """YAML reads `due: 2026-12-01T17:00:00-05:00` as a date, not text: the error says to
+    quote it, not `datetime.datetime(...) is not of type 'string'`."""
+    unquoted = VALID.replace("    module: hw\n",
+                             "    module: hw\n    due: 2026-12-01T17:00:00-05:00\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(Project.of_config(write(tmp_path, unquoted)))
+    assert "must be written in quotes" in str(info.value)
+    assert "datetime" not in str(info.value)
