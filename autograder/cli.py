@@ -121,6 +121,9 @@ def _choose(ctx: click.Context, root: Path | None, config: Path | None) -> Proje
 
 
 def _assignment(value: str | None, positional: str | None = None) -> str:
+    if value and positional and value != positional:
+        raise click.UsageError(f"ASSIGNMENT {positional!r} and -a {value!r} name different "
+                               "assignments: give one")
     name = value or positional
     if not name:
         raise click.UsageError("which assignment? give it as -a NAME")
@@ -441,8 +444,9 @@ def check(folder: Path, assignment: str | None, module: str | None, no_tests: bo
 @main.command(epilog=EXIT_CODES)
 @click.argument("positional", metavar="[ASSIGNMENT]", required=False)
 @ASSIGNMENT_OPTION
-@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the zip (default: dist/ASSIGNMENT-gradescope.zip).")
+@click.option("--out", "-o", type=click.Path(path_type=Path),
+              help="The zip to write (a path ending in .zip), or a folder to write "
+                   "ASSIGNMENT-gradescope.zip in (default: dist/).")
 @click.option("--try", "tries", multiple=True, metavar="SUBMISSION",
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Then grade this submission folder in a Gradescope-like Docker container "
@@ -460,7 +464,10 @@ def gradescope(positional: str | None, assignment: str | None, out: Path | None,
     and with --try grade submissions with it in a container, as Gradescope would."""
     from autograder.release.gradescope_bundle import build_bundle
 
-    path = build_bundle(_assignment(assignment, positional), project, out)
+    name = _assignment(assignment, positional)
+    if out is not None and out.suffix != ".zip":  # a folder, as every other command's --out
+        out = out / f"{name}-gradescope.zip"
+    path = build_bundle(name, project, out)
     click.echo(f"wrote {path}: upload it as the assignment's autograder (Configure Autograder -> "
                "Zip file upload), base image Ubuntu 22.04")
     if tries:

@@ -247,3 +247,19 @@ def test_grade_without_isolation_only_by_the_unsafe_flag_and_it_says_so(tmp_path
         result.stdout
     report = json.loads((out / "report.json").read_text())
     assert any("unsafe opt-in" in p for p in report["environment"]["protections"])
+
+
+def test_gradescope_out_is_a_zip_or_a_folder_for_it(tmp_path):
+    """-o ending in .zip is the zip; any other path is a folder, as every other --out."""
+    zipped = run("gradescope", "-a", "dp_basics", "-o", str(tmp_path / "mine.zip"))
+    assert zipped.returncode == 0, zipped.stderr
+    assert (tmp_path / "mine.zip").is_file()
+    folder = run("gradescope", "-a", "dp_basics", "-o", str(tmp_path / "bundles"))
+    assert folder.returncode == 0, folder.stderr
+    assert (tmp_path / "bundles" / "dp_basics-gradescope.zip").is_file()
+
+
+def test_an_assignment_named_twice_differently_is_refused(tmp_path):
+    result = run("gradescope", "ddp_basics", "-a", "dp_basics", "-o", str(tmp_path))
+    assert result.returncode == 2
+    assert "name different assignments" in result.stderr and not list(tmp_path.iterdir())
