@@ -103,9 +103,10 @@ class AssignmentConfig:
 CHECKED_ONLY = frozenset({"total"})
 
 
-def load_config(project: Project) -> dict[str, AssignmentConfig]:
-    """Every assignment of the project's grading.yml, validated against the project's schema;
-    errors name the path of the bad key."""
+def load_config(project: Project, only: str | None = None) -> dict[str, AssignmentConfig]:
+    """Every assignment of the project's grading.yml (with `only`, that one alone), validated
+    against the project's schema; errors name the path of the bad key. With `only`, a mistake
+    in another assignment's settings does not stop this one."""
     path = project.config
     try:
         raw = yaml.safe_load(path.read_text())
@@ -113,20 +114,24 @@ def load_config(project: Project) -> dict[str, AssignmentConfig]:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(not_valid_yaml(str(path), exc)) from None
+    def concerns(key: tuple) -> bool:  # (a problem under another assignment does not)
+        return only is None or key[:1] != ("assignments",) or key[1:2] in ((), (only,))
+
     try:
-        validate(raw, "grading.schema.json", path.name, project.schemas)
+        validate(raw, "grading.schema.json", path.name, project.schemas, concerns)
     except SchemaError as exc:
         raise ConfigError(str(exc)) from None
+    if only is not None and only not in raw["assignments"]:
+        raise ConfigError(f"{project.config.name} has no assignment {only!r} (it has: "
+                          f"{', '.join(sorted(raw['assignments']))})")
     raw = with_defaults(raw, "grading.schema.json", project.schemas)
-    return {name: _assignment(name, a) for name, a in raw["assignments"].items()}
+    return {name: _assignment(name, a) for name, a in raw["assignments"].items()
+            if only is None or name == only}
 
 
 def assignment_config(name: str, project: Project) -> AssignmentConfig:
-    configs = load_config(project)
-    if name not in configs:
-        raise ConfigError(f"{project.config.name} has no assignment {name!r} (it has: "
-                          f"{', '.join(sorted(configs))})")
-    return configs[name]
+    """One assignment's settings (a mistake in another assignment's does not stop it)."""
+    return load_config(project, only=name)[name]
 
 
 def _assignment(name: str, a: dict) -> AssignmentConfig:

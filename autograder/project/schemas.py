@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,15 @@ def load_schema(name: str, schemas: Path) -> dict:
     return json.loads((schemas / name).read_text())
 
 
-def validate(document: Any, schema_name: str, label: str, schemas: Path) -> None:
-    """Raise SchemaError listing every problem as 'label: a.b.c: message'."""
+def validate(document: Any, schema_name: str, label: str, schemas: Path,
+             concerns: Callable[[tuple], bool] = lambda path: True) -> None:
+    """Raise SchemaError listing every problem as 'label: a.b.c: message'; `concerns(path)`:
+    whether a problem at that path (a tuple of keys) counts (default: every one)."""
     schema = load_schema(schema_name, schemas)
     validator = jsonschema.Draft202012Validator(
         schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path)))
+    errors = sorted((e for e in validator.iter_errors(document) if concerns(tuple(e.path))),
+                    key=lambda e: list(map(str, e.path)))
     if errors:
         lines = [f"{label}: {'.'.join(map(str, e.path)) or '(top level)'}: {_message(e)}"
                  for e in errors]

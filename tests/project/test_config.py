@@ -13,6 +13,7 @@ from autograder.project.config import (
     PartConfig,
     SandboxLimits,
     SimilarityPolicy,
+    assignment_config,
     default_limits,
     load_config,
 )
@@ -164,3 +165,18 @@ def test_an_unquoted_date_is_told_to_be_quoted(tmp_path):
         load_config(Project.of_config(write(tmp_path, unquoted)))
     assert "must be written in quotes" in str(info.value)
     assert "datetime" not in str(info.value)
+
+
+def test_a_mistake_in_one_assignment_stops_only_that_one(tmp_path):
+    """Grading hw needs hw's settings right, not every assignment's: a typo in another's
+    does not stop it; validating the whole file still finds it."""
+    other = VALID + "  other:\n    title: Other\n    module: other\n    total: 1\n" \
+        "    parts:\n      multiple_choice: {points: 1}\n      coding: {points: zero}\n"
+    project = Project.of_config(write(tmp_path, other))
+    assert assignment_config("hw", project).title == "Homework"
+    with pytest.raises(ConfigError, match="assignments.other.parts.coding"):
+        assignment_config("other", project)
+    with pytest.raises(ConfigError, match="assignments.other.parts.coding"):
+        load_config(project)
+    with pytest.raises(ConfigError, match="has no assignment 'nope' \\(it has: hw, other\\)"):
+        assignment_config("nope", project)
