@@ -39,6 +39,10 @@ class Unanswered(Exception):
 def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -> Observer:
     """The observer that runs `fn(seat, *args)` as rank `rank` of a scenario, waiting at most
     `wait` seconds for any one collective of the student's ranks."""
+    # Imported here, in the runner that forks every observer, once: torch's optimizers import
+    # it on first use (0.5 s of CPU), which each observer would do again. Not in every runner
+    # (suite.preload): a cold one that forks no observer would pay for it in vain.
+    import torch._dynamo  # noqa: F401
     def run(seat: Seat) -> dict:
         last: list[str] = []
 

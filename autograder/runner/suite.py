@@ -53,13 +53,12 @@ def limit_memory(headroom: int = MEMORY_HEADROOM) -> int | None:
 
 def preload() -> None:
     """Import what every runner uses, before it forks anything: once for all runners in a warm
-    server (runner.warm), at the start in a cold one (`run`). What a runner imports later, each
-    process it forks (a scenario's observer) imports again: torch's optimizers import
-    torch._dynamo on first use, 0.5 s of CPU in each."""
+    server (runner.warm), at the start in a cold one (`run`), so that what a runner forks does
+    not import it again. (torch._dynamo, seconds of CPU, only where it is needed: the warm
+    server for its zygotes, a runner before it forks observers, `observe`.)"""
     import importlib
     import pdb  # noqa: F401 - what pytest's debugging plugin imports in every session
 
-    import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     from _pytest.config import default_plugins

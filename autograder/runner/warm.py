@@ -33,6 +33,7 @@ from autograder.sandbox_runtime import fork_server
 
 def serve(control_fd: int) -> None:
     import torch
+    import torch._dynamo  # noqa: F401 - every sandbox zygote forked here imports it
 
     from autograder.project import budgets
 
@@ -42,7 +43,7 @@ def serve(control_fd: int) -> None:
     from autograder.sandbox import client as sandbox  # noqa: F401
     from autograder.sandbox.isolation import IsolationUnavailable, detect
 
-    suite.preload()  # (torch._dynamo too: every sandbox zygote forked here imports it)
+    suite.preload()
 
     # Everything a warm zygote's workers import, imported here: a fork enters a file-system
     # view where the grader's package is not, so a module imported later fails (simulated
