@@ -247,6 +247,9 @@ class StudentError(Exception):
 NETWORK_REFUSED = f"{RUNTIME_PACKAGE}.worker.NetworkRefused"
 # Student exceptions a scenario caught and noted (sandbox_runtime/caught.py), per reply.
 MAX_CAUGHT = 8
+# How long ranks kept though they raised have for their reset to end the observer's wait
+# (a reset takes ~20 ms) before they are ended instead (see Sandbox._student_ranks).
+TRIAL_SECONDS = 0.5
 
 
 class RankResults(list):
@@ -878,6 +881,18 @@ class _KeptRanks:
             self._resetting.discard(process.pid)
         return ended
 
+    def withdraw(self, processes: list[_Process]) -> list[_Process]:
+        """Those of `processes` still kept, no longer kept (to be ended)."""
+        pids = {process.pid for process in processes}
+        found = []
+        for gpus in list(self._idle):
+            found += [p for p in self._idle[gpus] if p.pid in pids]
+            self._idle[gpus] = [p for p in self._idle[gpus] if p.pid not in pids]
+            if not self._idle[gpus]:
+                del self._idle[gpus]
+        self._resetting -= pids
+        return found
+
     def clear(self) -> list[_Process]:
         """Every kept rank, forgotten (to be ended)."""
         kept = self.processes()
@@ -902,6 +917,7 @@ class Sandbox:
         self.keep_ranks = keep_ranks
         self._kept = _KeptRanks()
         self._stores_seen: list[StoreView] = []  # the last scenario's stores, once it ended
+        self._on_trial: list[_Process] = []  # kept though they raised (see _student_ranks)
         self._rank_logs = 0
         self.starts = starts
         # Each serving worker's start and import is charged to it, the first zygote's start
@@ -1235,6 +1251,9 @@ class Sandbox:
                 if process is not None:
                     process.kill()
                 raise
+            trial, self._on_trial = self._on_trial, []
+            if trial and not process.ends_within(TRIAL_SECONDS):
+                self._end_ranks(self._kept.withdraw(trial))  # (their end ends its wait)
             observed = process.finish(observer.wait + GRACE_SECONDS)
             failure = observed.failure()
             # Met: the observer said so, or every rank reached the group at the grader's store
@@ -1282,7 +1301,8 @@ class Sandbox:
         processes = [process for process in slots if process is not None]
         reused = {process.pid for process in processes}
         ports: list[int] = []
-        self._stores_seen = []
+        replies: list[dict] = []
+        self._stores_seen, self._on_trial = [], []
         viewed = reusable = False
         try:
             for index, kept in enumerate(slots):
@@ -1300,7 +1320,6 @@ class Sandbox:
                 process.send({"op": "probe", "name": probe, "env": AGENT_STORE_ENV,
                               "args": (rank, world_size, *ports, *args, *own), "kwargs": {}})
             deadline = time.monotonic() + timeout
-            replies = []
             for process in processes:
                 rank = process.rank
                 try:
@@ -1320,11 +1339,12 @@ class Sandbox:
                 except (wire.WireTooLarge, codec.CodecError) as exc:
                     raise UnreadableReply(f"rank {rank} sent back an unreadable reply: {exc}") \
                         from None
-            # Kept for later scenarios when every rank replied; not when an observer waits on
-            # ranks that did not all return: their end, closing their sockets, is what ends its
-            # pending collectives at once (torch's FSDP and DDP keep a group's sockets open past
-            # a reset, so the observer would wait out its `wait`).
-            reusable = observing is None or all("value" in reply for reply in replies)
+            # Kept for later scenarios when every rank replied. When an observer waits on
+            # ranks that did not all return (raised), on trial: their reset closes their group's
+            # sockets, which ends its pending collectives, unless something still holds the
+            # group (torch's FSDP and DDP keep its sockets open past a reset); ended then, since
+            # their end does (`_scenario`: TRIAL_SECONDS).
+            reusable = True
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
             views, viewed = self._store_host.views(), True
@@ -1342,6 +1362,8 @@ class Sandbox:
                     keep, end = self._fit_to_keep(processes, table)
                     end += self._kept.give(gpus, keep)
                     self._end_ranks(end, table=None if end else table)
+                    if observing is not None and not all("value" in r for r in replies):
+                        self._on_trial = keep
                 else:
                     self._end_ranks(processes)
 

@@ -126,13 +126,9 @@ class ObserverProcess:
         """Wait for it to end, once the student's ranks have ended: at most `grace` seconds
         (nothing can answer its collectives any more), then kill it; read what it left."""
         ended, waiting = None, False
-        deadline = min(self.deadline, time.monotonic() + grace)
-        while not self.ended():
-            if time.monotonic() >= deadline:
-                self.kill()
-                ended, waiting = "was still waiting when your ranks had ended", True
-            else:
-                time.sleep(0.005)
+        if not self.ends_within(min(self.deadline, time.monotonic() + grace) - time.monotonic()):
+            self.kill()
+            ended, waiting = "was still waiting when your ranks had ended", True
         notes, joined, raised, record = self._read_records()
         if raised is not None:
             raise ObserverBroken(f"the grader's own rank raised {raised}"
@@ -147,6 +143,15 @@ class ObserverProcess:
         unanswered = ended is None and record is not None and record.get("unanswered") is True
         return Observed(record, tuple(notes[-NOTES_KEPT:]), joined, ended, output,
                         waiting or unanswered)
+
+    def ends_within(self, seconds: float) -> bool:
+        """Whether it ends within `seconds` (not killed meanwhile)."""
+        deadline = time.monotonic() + seconds
+        while not self.ended():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def ended(self) -> bool:
         """Whether it has ended, as far as can be told at once."""

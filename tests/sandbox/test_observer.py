@@ -176,6 +176,21 @@ def test_a_rank_that_raised_is_ended_so_the_observer_is_not_left_waiting(make_sa
         run(sandbox, tmp_path, [1.0], wait=30.0)
     assert caught.value.student_error.is_a("ValueError")
     assert time.monotonic() - started < 15
+    assert sandbox._kept.processes() == []  # (its reset could not end the observer's wait)
+
+
+def test_a_rank_that_raised_is_kept_when_its_reset_ends_the_observers_wait(make_sandbox,
+                                                                          tmp_path):
+    """Nothing holds its group: the reset closes it, the observer's wait ends, and the rank
+    serves the next scenario (forking one per scenario was a blank submission's main cost)."""
+    sandbox = make_sandbox("def contribute(values):\n    raise ValueError('not yet')\n", PROBES)
+    kept = []
+    for _ in range(2):
+        with pytest.raises(ObservedFailure) as caught:
+            run(sandbox, tmp_path, [1.0], wait=30.0)
+        assert caught.value.student_error.is_a("ValueError")
+        kept.append([process.pid for process in sandbox._kept.processes()])
+    assert len(kept[0]) == 1 and kept[1] == kept[0]
 
 
 def test_the_students_hang_is_not_the_observers_failure(make_sandbox, tmp_path):
