@@ -917,7 +917,6 @@ class Sandbox:
         self.keep_ranks = keep_ranks
         self._kept = _KeptRanks()
         self._stores_seen: list[StoreView] = []  # the last scenario's stores, once it ended
-        self._on_trial: list[_Process] = []  # kept though they raised (see _student_ranks)
         self._rank_logs = 0
         self.starts = starts
         # Each serving worker's start and import is charged to it, the first zygote's start
@@ -1251,9 +1250,6 @@ class Sandbox:
                 if process is not None:
                     process.kill()
                 raise
-            trial, self._on_trial = self._on_trial, []
-            if trial and not process.ends_within(TRIAL_SECONDS):
-                self._end_ranks(self._kept.withdraw(trial))  # (their end ends its wait)
             observed = process.finish(observer.wait + GRACE_SECONDS)
             failure = observed.failure()
             # Met: the observer said so, or every rank reached the group at the grader's store
@@ -1302,8 +1298,8 @@ class Sandbox:
         reused = {process.pid for process in processes}
         ports: list[int] = []
         replies: list[dict] = []
-        self._stores_seen, self._on_trial = [], []
-        viewed = reusable = False
+        self._stores_seen = []
+        reusable = on_trial = False
         try:
             for index, kept in enumerate(slots):
                 if kept is None:
@@ -1343,16 +1339,16 @@ class Sandbox:
             # ranks that did not all return (raised), on trial: their reset closes their group's
             # sockets, which ends its pending collectives, unless something still holds the
             # group (torch's FSDP and DDP keep its sockets open past a reset); ended then, since
-            # their end does (`_scenario`: TRIAL_SECONDS).
+            # their end does (TRIAL_SECONDS).
             reusable = True
+            on_trial = observing is not None and not all("value" in r for r in replies)
             self.caught = [error for reply in replies
                            for error in caught_errors(reply, function)][:MAX_CAUGHT]
-            views, viewed = self._store_host.views(), True
-            self._stores_seen = views
+            views = self._stores_seen = self._store_host.views()
             return RankResults([_outcome(reply, what, function) for reply in replies], views,
                                [process.rank for process in processes])
         finally:
-            if ports and not viewed:  # (stops this scenario's stores)
+            if ports and not self._stores_seen:  # (stops this scenario's stores)
                 self._stores_seen = self._store_host.views()
             try:
                 _copy_rank_output(processes, output_dir, self.limits.output_bytes)
@@ -1362,8 +1358,8 @@ class Sandbox:
                     keep, end = self._fit_to_keep(processes, table)
                     end += self._kept.give(gpus, keep)
                     self._end_ranks(end, table=None if end else table)
-                    if observing is not None and not all("value" in r for r in replies):
-                        self._on_trial = keep
+                    if on_trial and keep and not observing.process.ends_within(TRIAL_SECONDS):
+                        self._end_ranks(self._kept.withdraw(keep))  # (their end ends its wait)
                 else:
                     self._end_ranks(processes)
 
