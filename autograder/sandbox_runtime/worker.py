@@ -174,7 +174,9 @@ def _reset(baseline: dict) -> bool:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()  # every group: the default one and any new_group
+            from .groups import destroy_process_groups
+
+            destroy_process_groups()  # every group: the default one and any new_group
         if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
             return False
         if threading.active_count() > baseline["threads"]:

@@ -1,0 +1,68 @@
+"""autograder.sandbox_runtime.groups: gloo groups made and destroyed with gloo's loop threads
+woken, so that neither waits for their idle ticks (bench/gloo_ticks.py shows the time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Two ranks of a real gloo group (a fork of one process): each reports, as JSON, what it saw.
+RANKS = """
+import datetime, json, os, signal, socket, sys, threading
+import torch, torch.distributed as dist
+from autograder.sandbox_runtime import groups
+
+def loop_threads():
+    return len(groups._loop_threads())
+
+signal.signal(signal.SIGURG, signal.default_int_handler)  # the handler the student had
+woken = []
+groups._nothing = lambda signum, frame: woken.append(signum)  # (counted, still harmless)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+pid = os.fork()
+rank = 1 if pid == 0 else 0
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=2, timeout=datetime.timedelta(seconds=30))
+before = loop_threads()
+with groups.woken():
+    gates = dist.new_group([0, 1])
+x = torch.ones(2)
+dist.all_reduce(x, group=gates)
+during = loop_threads()
+elsewhere = []  # off the main thread: no handler can be set there, so nothing is done
+thread = threading.Thread(target=lambda: elsewhere.append(groups.woken().__enter__()))
+thread.start(); thread.join()
+groups.destroy_process_groups()
+report = {"rank": rank, "sum": x.tolist(), "before": before, "during": during,
+          "after": loop_threads(), "initialized": dist.is_initialized(),
+          "woken": len(woken), "handler": signal.getsignal(signal.SIGURG).__name__}
+print(json.dumps(report), flush=True)
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_group_made_and_destroyed_with_its_loop_threads_woken(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-c", RANKS], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin",
+                                                     "PYTHONPATH": str(ROOT),
+                                                     "GLOO_SOCKET_IFNAME": "lo"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    reports = sorted((json.loads(line) for line in run.stdout.splitlines()),
+                     key=lambda r: r["rank"])
+    assert [r["rank"] for r in reports] == [0, 1]
+    for report in reports:
+        assert report["sum"] == [2.0, 2.0]  # the new group works
+        assert report["before"] >= 1 and report["during"] > report["before"]
+        # torn down: no group, the new group's loop thread gone (torch keeps one device of
+        # the first group's for later groups, as without waking), the student's handler back
+        assert report["initialized"] is False and report["after"] < report["during"]
+        assert report["handler"] == "default_int_handler"
+        assert report["woken"] >= 1  # its loop threads were signalled
