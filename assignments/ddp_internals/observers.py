@@ -23,6 +23,7 @@ from autograder.runner.observe import (
     Unanswered,
     hold_until_waiting,
     join_group,
+    new_group,
     posted,
     wait_at_most,
 )
@@ -80,7 +81,7 @@ def overlapped(seat, widths: list[int], state: dict, lr: float, shards: list,
     is not yet the average, and ends with other parameters (once is enough)."""
     join_group(seat)
     gated = gate_values is not None
-    gates = dist.new_group(list(range(seat.world_size))) if gated else None
+    gates = new_group(seat) if gated else None
     model = probes.built(widths, state, gated=gated)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     names = _names(model)

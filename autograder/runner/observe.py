@@ -5,8 +5,9 @@ trusted observers.py builds on.
                                 observer=observe(observers.naive_step, expected, rank=0))
     assert results.observed["steps"] == 3
 
-`observe(fn, *args, rank=...)` makes the `Observer` the sandbox forks for one scenario: in that
-process, `fn(seat, *args)` runs as rank `rank` and returns its record (JSON data). It joins the
+`observe(fn, *args, rank=...)` makes the `Observer` of one scenario: in the grader's observer
+process (one serves a sandbox's scenarios in turn: sandbox.observer.ObserverHost),
+`fn(seat, *args)` runs as rank `rank` and returns its record (JSON data). It joins the
 scenario's group with `join_group(seat)`, says what it is about to do with `seat.note(...)`
 before each collective, posts collectives asynchronously and waits for each with
 `posted(seat, work)`, and returns `{"failure": "..."}` for what the student's ranks did wrong.
@@ -17,6 +18,7 @@ other exception is the observer's own mistake (the grader's failure, never the s
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import re
 import traceback
@@ -29,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from autograder.sandbox.observer import Observer, Seat, until_blocked
+from autograder.sandbox_runtime.groups import destroy_process_groups, woken
 
 
 class Unanswered(Exception):
@@ -38,32 +41,43 @@ class Unanswered(Exception):
 
 def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -> Observer:
     """The observer that runs `fn(seat, *args)` as rank `rank` of a scenario, waiting at most
-    `wait` seconds for any one collective of the student's ranks."""
+    `wait` seconds for any one collective of the student's ranks. `fn` and `args` go to the
+    observer's process pickled: a module-level function, plain data and tensors."""
     # Imported here, in the runner that forks every observer, once: torch's optimizers import
     # it on first use (0.5 s of CPU), which each observer would do again. Not in every runner
     # (suite.preload): a cold one that forks no observer would pay for it in vain.
     import torch._dynamo  # noqa: F401
-    def run(seat: Seat) -> dict:
-        last: list[str] = []
+    return Observer(rank, functools.partial(_observed, fn, args), wait, _reset)
 
-        def note(text: str) -> None:
-            last[:] = [text]
-            seat.note(text)
 
-        try:
-            record = fn(replace(seat, note=note), *args)
-        except Exception as exc:
-            if not (isinstance(exc, Unanswered) or _from_torch_distributed(exc)):
-                raise  # the observer's own mistake: the grader's failure
-            where = f" at: {last[0]}" if last else ""
-            return {"failure": f"the grader's own rank in this scenario got no matching "
-                               f"collective from your ranks{where} ({_first_line(exc)})",
-                    "unanswered": True}
-        if type(record) is not dict:
-            raise TypeError(f"an observer returns a dict, not {type(record).__name__}")
-        return record
+def _observed(fn: Callable[..., dict], args: tuple, seat: Seat) -> dict:
+    """`fn(seat, *args)`'s record; a collective of the student's ranks not answered, a
+    failure of theirs (the record says where); anything else raised, the observer's own."""
+    last: list[str] = []
 
-    return Observer(rank, run, wait)
+    def note(text: str) -> None:
+        last[:] = [text]
+        seat.note(text)
+
+    try:
+        record = fn(replace(seat, note=note), *args)
+    except Exception as exc:
+        if not (isinstance(exc, Unanswered) or _from_torch_distributed(exc)):
+            raise  # the observer's own mistake: the grader's failure
+        where = f" at: {last[0]}" if last else ""
+        return {"failure": f"the grader's own rank in this scenario got no matching "
+                           f"collective from your ranks{where} ({_first_line(exc)})",
+                "unanswered": True}
+    if type(record) is not dict:
+        raise TypeError(f"an observer returns a dict, not {type(record).__name__}")
+    return record
+
+
+def _reset() -> bool:
+    """Ready the observer's process for the next scenario: every process group destroyed (the
+    default one and any new_group; what else an observer sets, `join_group` sets again)."""
+    destroy_process_groups()
+    return not dist.is_initialized()
 
 
 def join_group(seat: Seat, backend: str = "gloo") -> None:
@@ -77,6 +91,14 @@ def join_group(seat: Seat, backend: str = "gloo") -> None:
                             rank=seat.rank, world_size=seat.world_size,
                             timeout=datetime.timedelta(seconds=seat.timeout))
     seat.joined()
+
+
+def new_group(seat: Seat) -> dist.ProcessGroup:
+    """A second group over every rank of the scenario (`dist.new_group`), made without waiting
+    on gloo's idle ticks (autograder.sandbox_runtime.groups). The student's ranks must make
+    theirs at the same point."""
+    with woken():
+        return dist.new_group(list(range(seat.world_size)))
 
 
 def wait_at_most(seat: Seat) -> None:

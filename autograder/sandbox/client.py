@@ -48,7 +48,13 @@ from autograder.sandbox.isolation import (
 from autograder.sandbox.launcher import FAILED as LAUNCHER_FAILED
 from autograder.sandbox.launcher import install_seccomp
 from autograder.sandbox.memory_watch import MemoryWatch
-from autograder.sandbox.observer import GRACE_SECONDS, Observer, ObserverProcess
+from autograder.sandbox.observer import (
+    GRACE_SECONDS,
+    READY_SECONDS,
+    Observer,
+    ObserverHost,
+    ObserverProcess,
+)
 from autograder.sandbox.processes import (
     ProcessEntry,
     children_of,
@@ -934,6 +940,7 @@ class Sandbox:
         # a test on simulated GPUs between two plain ones no longer restarts the plain worker.
         self._workers: dict[int, _Process] = {}
         self._store_host: StoreHost | None = None  # its scenarios' rendezvous stores
+        self._observers: ObserverHost | None = None  # its scenarios' observers' process
         self._import_hang: str | None = None
         self._budget: float | None = None
         self._output_offset = 0
@@ -1178,12 +1185,27 @@ class Sandbox:
             self._served |= self._zygote.served  # a later zygote must know what ran as its uid
             self._zygote.close()
             self._zygote = None
-        self._drop_store_host()  # (in namespaces, it joined the zygote's network)
+        self._drop_store_host()  # (in namespaces, these two joined the zygote's network)
+        self._drop_observers()
 
     def _drop_store_host(self) -> None:
         if self._store_host is not None:
             self._store_host.close()
             self._store_host = None
+
+    def _drop_observers(self) -> None:
+        if self._observers is not None:
+            self._observers.kill()
+            self._observers = None
+
+    def _observer_host(self, netns: int | None) -> ObserverHost:
+        """The process to run the next scenario's observer: the last one's, when it was reset
+        for another (see observer.py), else a fresh one."""
+        host = self._observers
+        if host is None or host.netns_pid != netns or not host.ready(READY_SECONDS):
+            self._drop_observers()
+            host = self._observers = ObserverHost(netns)
+        return host
 
     def run_ranks(self, probe: str, world_size: int, args: Sequence, timeout: float,
                   output_dir: Path, function: str, gpus: int = 0,
@@ -1232,8 +1254,8 @@ class Sandbox:
             raise ValueError(f"an observer's rank must be below {world_size}")
         def start(ports: list[int], ranks: tuple[int, ...]) -> ObserverProcess:
             netns = self.zygote().popen.pid if self.isolation.mode == "namespaces" else None
-            return ObserverProcess(observer, world_size, ports, store_host, netns,
-                                   output_dir / "observer", timeout, ranks)
+            return self._observer_host(netns).observe(observer, world_size, ports, store_host,
+                                                      output_dir / "observer", timeout, ranks)
 
         observing = _Observing(start)
         try:

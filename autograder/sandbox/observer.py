@@ -9,13 +9,17 @@ what they carried, when they came) is written by trusted code only.
 
 gloo treats a peer's mistakes harshly: a rank that receives more bytes than it posted aborts
 (SIGABRT, which nothing catches), and a collective that nobody else posts waits until the group's
-timeout. So each scenario gets a fresh observer process; it notes what it is about to do before
-each step (`Seat.note`), so that an abort says where it happened, and writes its record last,
-to files of the runner's that the sandbox cannot reach. What it saw is the scenario's verdict:
-a failure it saw is the student's (`Observed.failure`), not a hang or a crash to retry.
+timeout. So the observer notes what it is about to do before each step (`Seat.note`), so that
+an abort says where it happened, and writes its record last, to files of the runner's that the
+sandbox cannot reach. What it saw is the scenario's verdict: a failure it saw is the student's
+(`Observed.failure`), not a hang or a crash to retry.
 
-Only the torch-free half lives here (the process, its files, its end); the runner gives the
-function to run (autograder.runner.observe).
+The process (`ObserverHost`) serves a sandbox's scenarios one after another: forking a process
+that has torch loaded, and ending it, cost more than most observers' own work (~20 ms of CPU a
+scenario: page tables, copied pages, teardown). It takes the next scenario only after one whose
+record says nothing went wrong and whose observer was reset (`Observer.reset`: its groups
+destroyed, no thread of its own left); after anything else (a failure seen, an abort, a kill,
+a reset that failed) it ends, and the next scenario gets a fresh one.
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ import ctypes
 import json
 import math
 import os
+import pickle
 import re
 import resource
+import select
 import signal
+import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +50,7 @@ MAX_RECORD_BYTES = 1 << 20  # what is read back of its notes and record
 MAX_OUTPUT_BYTES = 64 << 10  # what is read back of its output (the end of it)
 NOTES_KEPT = 3  # the last notes shown with a failure
 GRACE_SECONDS = 2.0  # past its time (or its wait, once the student's ranks ended): killed
+READY_SECONDS = 2.0  # for a host's reset after a scenario; past it, a fresh host
 
 
 class ObserverBroken(Exception):
@@ -68,11 +77,16 @@ class Seat:
 class Observer:
     """A rank the grader runs in a scenario (Sandbox.run_ranks(observer=...)): `run` is called
     in the observer process and returns its record (plain JSON data; a str under "failure"
-    when it saw the student's ranks do wrong)."""
+    when it saw the student's ranks do wrong). It is pickled to that process: module-level
+    functions (or partials of them) and plain data only.
+
+    `reset`, called there once the record is written when it says nothing went wrong, readies
+    the process for another scenario (True); None, False or an exception end it instead."""
 
     rank: int
     run: Callable[[Seat], dict]
     wait: float = 3.0
+    reset: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,26 +115,108 @@ class Observed:
                       + (f" ({detail})" if detail else ""))[:2000]
 
 
-class ObserverProcess:
-    """One scenario's observer, forked from this (trusted) process."""
+class ObserverHost:
+    """The process that runs a sandbox's observers, one scenario at a time: a fork of this
+    (trusted) process, in the sandbox's network namespace (`netns_pid`; None: this one), as
+    a fresh unprivileged uid. Told each scenario through a socket (the pickled observer and
+    seat, with the runner's files for its record and output); it answers "d" once the record
+    is written and "r" once reset for the next."""
 
-    def __init__(self, observer: Observer, world_size: int, ports: list[int], host: str,
-                 netns_pid: int | None, folder: Path, timeout: float,
-                 ranks: tuple[int, ...] = ()) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.record_path, self.output_path = folder / "observer.jsonl", folder / "observer.log"
-        self.deadline = time.monotonic() + timeout + GRACE_SECONDS
-        record_fd = os.open(self.record_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        output_fd = os.open(self.output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    def __init__(self, netns_pid: int | None) -> None:
+        self.netns_pid = netns_pid
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.pid = os.fork()
             if self.pid == 0:
-                _observe(observer, world_size, tuple(ports), host, netns_pid, record_fd,
-                         output_fd, timeout, ranks)
+                ours.close()
+                _host(theirs.fileno(), netns_pid)
         finally:
-            os.close(record_fd)
-            os.close(output_fd)
+            theirs.close()
+        self._channel = ours
         self._status: int | None = None
+        self._fresh = True  # (no scenario yet: ready once it reads the first)
+        self.busy = False  # a scenario sent, its "d" not yet read
+        # How the last scenario ended: None by its "d", else the process's exit code
+        self.ended_with: int | None = None
+
+    def ready(self, seconds: float) -> bool:
+        """Whether it can take a scenario: fresh, or reset after the last one within
+        `seconds` (it is then reused; not otherwise)."""
+        if self._fresh:
+            return True
+        if self.busy or not self._message(seconds) == b"r":
+            return False
+        return True
+
+    def observe(self, observer: Observer, world_size: int, ports: list[int], host: str,
+                folder: Path, timeout: float, ranks: tuple[int, ...] = ()
+                ) -> ObserverProcess:
+        """Send it one scenario; the handle to wait for its end and read its record."""
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / name for name in ("observer.spec", "observer.jsonl", "observer.log")]
+        with open(paths[0], "wb") as spec:
+            pickle.dump((observer, world_size, tuple(ports), host, timeout, tuple(ranks)), spec)
+        fds = [os.open(paths[0], os.O_RDONLY)] + [
+            os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for path in paths[1:]]
+        try:
+            socket.send_fds(self._channel, [b"s"], fds)
+        except OSError:
+            pass  # (it has ended: the handle finds out how)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._fresh, self.busy = False, True
+        return ObserverProcess(self, paths[1], paths[2], timeout)
+
+    def done(self, seconds: float) -> bool:
+        """Whether the scenario in flight ended within `seconds`: its "d" read, or the
+        process ended."""
+        if self.busy:
+            message = self._message(seconds)
+            if message is None:
+                return False
+            self.busy = False
+            self.ended_with = None if message == b"d" else self.exit_code()
+        return True
+
+    def _message(self, seconds: float) -> bytes | None:
+        """Its next message within `seconds` (b"" once it ended; None: none yet)."""
+        if self._status is not None:
+            return b""
+        if not select.select([self._channel], [], [], max(0.0, seconds))[0]:
+            return None
+        try:
+            message = self._channel.recv(1)
+        except OSError:
+            message = b""
+        if not message:
+            _, self._status = os.waitpid(self.pid, 0)  # (its channel closes as it ends)
+        return message
+
+    def exit_code(self) -> int | None:
+        """How it ended (as os.waitstatus_to_exitcode), once it has; None while it runs."""
+        return None if self._status is None else os.waitstatus_to_exitcode(self._status)
+
+    def kill(self) -> None:
+        if self._status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, self._status = os.waitpid(self.pid, 0)
+        if self.busy:
+            self.busy, self.ended_with = False, self.exit_code()
+        self._channel.close()
+
+
+class ObserverProcess:
+    """One scenario's observer, run by an ObserverHost."""
+
+    def __init__(self, host: ObserverHost, record_path: Path, output_path: Path,
+                 timeout: float) -> None:
+        self.host = host
+        self.record_path, self.output_path = record_path, output_path
+        self.deadline = time.monotonic() + timeout + GRACE_SECONDS
 
     def finish(self, grace: float) -> Observed:
         """Wait for it to end, once the student's ranks have ended: at most `grace` seconds
@@ -134,8 +230,8 @@ class ObserverProcess:
             raise ObserverBroken(f"the grader's own rank raised {raised}"
                                  + (f" at: {notes[-1]}" if notes else ""))
         if ended is None:
-            code = os.waitstatus_to_exitcode(self._status)
-            if code < 0:
+            code = self.host.ended_with
+            if code is not None and code < 0:
                 ended = f"was killed by {signal.Signals(-code).name}"
             elif record is None:
                 ended = "ended without a record"
@@ -146,28 +242,16 @@ class ObserverProcess:
 
     def ends_within(self, seconds: float) -> bool:
         """Whether it ends within `seconds` (not killed meanwhile)."""
-        deadline = time.monotonic() + seconds
-        while not self.ended():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        return self.host.done(seconds)
 
     def ended(self) -> bool:
         """Whether it has ended, as far as can be told at once."""
-        if self._status is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self._status = status
-        return self._status is not None
+        return self.host.done(0.0)
 
     def kill(self) -> None:
-        if self._status is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _, self._status = os.waitpid(self.pid, 0)
+        """Kill it, unless it has ended (its host then serves the next scenario)."""
+        if self.host.busy:
+            self.host.kill()
 
     def _read_records(self) -> tuple[list[str], bool, str | None, dict | None]:
         """Its notes, whether it joined, what it raised (None: nothing) and its record (None:
@@ -200,26 +284,57 @@ class ObserverProcess:
                 record = entry["record"]
         return notes, joined, raised, record
 
-
-def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: str,
-             netns_pid: int | None, record_fd: int, output_fd: int, timeout: float,
-             ranks: tuple[int, ...]) -> None:
-    """The observer process: never returns."""
+def _host(channel_fd: int, netns_pid: int | None) -> None:
+    """The host process: never returns. Set up once (no channel of the runner's but its own,
+    the sandbox's network, no root), then one scenario per message until one leaves it unfit."""
+    broken = None
     try:
-        os.dup2(output_fd, 1)
-        os.dup2(output_fd, 2)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        keep = sorted({0, 1, 2, record_fd})
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        keep = sorted({0, 1, 2, channel_fd})
         for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
             os.closerange(low + 1, high)  # none of the runner's channels stays open here
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the runner
         enter_network(netns_pid)
-        cpu = math.ceil(timeout) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         if os.geteuid() == 0:
             _drop_root()
         os.environ.update(AGENT_STORE_ENV)
+    except BaseException as exc:  # noqa: BLE001 - said in the first scenario's record
+        broken = f"{type(exc).__name__}: {exc}"[:1000]
+    try:
+        threads = threading.active_count()
+        channel = socket.socket(fileno=channel_fd)
+        while True:
+            _, fds, _, _ = socket.recv_fds(channel, 1, 3)
+            if len(fds) != 3:
+                break  # (the runner closed its end)
+            reset = _scenario(*fds, broken)
+            channel.sendall(b"d")
+            if reset is None or not _reset(reset, threads):
+                break
+            channel.sendall(b"r")
+    finally:
+        os._exit(0)  # no gloo teardown: a peer's state would make it abort
+
+
+def _scenario(spec_fd: int, record_fd: int, output_fd: int, broken: str | None
+              ) -> Callable[[], bool] | None:
+    """Run one scenario's observer in the host: its reset when the host may serve another
+    (its record says nothing went wrong), else None."""
+    observer = None
+    try:
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        with os.fdopen(spec_fd, "rb", closefd=False) as spec:
+            observer, world_size, ports, host, timeout, ranks = pickle.load(spec)
+        if broken is not None:
+            raise OSError(broken)
+        used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        cpu = math.ceil(used + timeout) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (
+            cpu if hard == resource.RLIM_INFINITY else min(cpu, hard), hard))
 
         def note(text: str) -> None:
             _write(record_fd, {"note": str(text)[:500]})
@@ -236,8 +351,24 @@ def _observe(observer: Observer, world_size: int, ports: tuple[int, ...], host: 
             _write(record_fd, {"raised": f"{type(exc).__name__}: {exc}"[:1000]})
         except BaseException:  # noqa: BLE001, S110 - nothing more can be said
             pass
+        return None
     finally:
-        os._exit(0)  # no gloo teardown: a peer's state would make it abort
+        for fd in (spec_fd, record_fd, output_fd):
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 1)
+        os.dup2(null, 2)  # (a reset's messages are no scenario's)
+        os.close(null)
+    return None if type(record) is not dict or "failure" in record else observer.reset
+
+
+def _reset(reset: Callable[[], bool], threads: int) -> bool:
+    """Whether `reset` readied the host for another scenario, leaving no more (Python)
+    threads than `threads`, the host's own."""
+    try:
+        return reset() is True and threading.active_count() <= threads
+    except BaseException:  # noqa: BLE001 - not fit for another scenario, that is all
+        return False
 
 
 # Of root's capabilities, the observer keeps one where it has it: reading any file. torch

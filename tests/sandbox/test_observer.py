@@ -40,7 +40,7 @@ def received(seat, size):
     buffer = torch.zeros(size)
     seat.note(f"all_reduce #0 ({size} float32)")
     posted(seat, dist.all_reduce(buffer, async_op=True))
-    return {"got": buffer.tolist(), "uid": os.getuid()}
+    return {"got": buffer.tolist(), "uid": os.getuid(), "pid": os.getpid()}
 
 
 def run(sandbox, tmp_path, values, observer_rank=0, wait=2.0, size=None):
@@ -80,6 +80,53 @@ def test_kept_ranks_serve_the_rank_number_they_served(make_sandbox, tmp_path):
     again = run(sandbox, tmp_path, [3.0], observer_rank=0)
     assert other != first and again[0]["pid"] == first
     assert again.observed["got"] == [3.0]
+
+
+def test_clean_scenarios_share_one_observer_process(make_sandbox, tmp_path):
+    """Forking a process that has torch loaded for every scenario, and ending it, cost more
+    than most observers' work: one serves the next scenario once it was reset after a
+    scenario it saw nothing wrong in; each scenario's record is its own."""
+    sandbox = make_sandbox(HONEST, PROBES)
+    first = run(sandbox, tmp_path / "a", [1.0, 2.0])
+    second = run(sandbox, tmp_path / "b", [3.0])
+    assert first.observed["got"] == [1.0, 2.0] and second.observed["got"] == [3.0]
+    assert second.observed["pid"] == first.observed["pid"]
+
+
+def test_after_a_failure_the_next_scenario_gets_a_fresh_observer(make_sandbox, tmp_path):
+    """What it saw go wrong may have left its group (or gloo) in any state: its process ends."""
+    student = HONEST.replace("dist.all_reduce(values)", "dist.all_reduce(values * 2)")
+    sandbox = make_sandbox(student, PROBES)
+    first = run(sandbox, tmp_path / "a", [1.0])
+    assert first.observed["got"] == [2.0]  # (nothing wrong here: a record of what it got)
+    with pytest.raises(ObservedFailure):
+        sandbox.run_ranks("send_values", 2, (), 60, tmp_path / "b", "contribute",
+                          per_rank=[None, [1.0]], observer=observe(expected_one, rank=0))
+    third = run(sandbox, tmp_path / "c", [4.0])
+    assert third.observed["got"] == [8.0] and third.observed["pid"] != first.observed["pid"]
+
+
+def expected_one(seat):
+    """An observer that finds fault with anything but 1.0."""
+    record = received(seat, 1)
+    return record if record["got"] == [1.0] else {"failure": f"got {record['got']}"}
+
+
+def leaves_a_thread(seat):
+    """An observer that leaves a thread of its own running past its scenario."""
+    import threading
+    import time as clock
+
+    threading.Thread(target=clock.sleep, args=(5,)).start()
+    return received(seat, 1)
+
+
+def test_an_observer_that_leaves_a_thread_is_not_reused(make_sandbox, tmp_path):
+    sandbox = make_sandbox(HONEST, PROBES)
+    first = sandbox.run_ranks("send_values", 2, (), 60, tmp_path / "a", "contribute",
+                              per_rank=[None, [1.0]], observer=observe(leaves_a_thread, rank=0))
+    second = run(sandbox, tmp_path / "b", [2.0])
+    assert second.observed["got"] == [2.0] and second.observed["pid"] != first.observed["pid"]
 
 
 @pytest.mark.parametrize("sent, said", [
