@@ -21,6 +21,7 @@ import datetime
 import functools
 import os
 import re
+import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
@@ -43,9 +44,9 @@ def observe(fn: Callable[..., dict], *args: Any, rank: int, wait: float = 3.0) -
     """The observer that runs `fn(seat, *args)` as rank `rank` of a scenario, waiting at most
     `wait` seconds for any one collective of the student's ranks. `fn` and `args` go to the
     observer's process pickled: a module-level function, plain data and tensors."""
-    # Imported here, in the runner that forks every observer, once: torch's optimizers import
-    # it on first use (0.5 s of CPU), which each observer would do again. Not in every runner
-    # (suite.preload): a cold one that forks no observer would pay for it in vain.
+    # Imported here, in the runner that forks the observers' process, once: torch's
+    # optimizers import it on first use (0.5 s of CPU), which each such process would do
+    # again. Not in every runner (suite.preload): a cold one that forks none would pay in vain.
     import torch._dynamo  # noqa: F401
     return Observer(rank, functools.partial(_observed, fn, args), wait, _reset)
 
@@ -73,10 +74,22 @@ def _observed(fn: Callable[..., dict], args: tuple, seat: Seat) -> dict:
     return record
 
 
+# What an observer may change for the next scenario of its process, as the runner had it.
+_RNG = torch.get_rng_state()
+_DTYPE = torch.get_default_dtype()
+
+
 def _reset() -> bool:
     """Ready the observer's process for the next scenario: every process group destroyed (the
-    default one and any new_group; what else an observer sets, `join_group` sets again)."""
+    default one and any new_group), grad mode, default dtype and random generator as the
+    runner had them (`join_group` sets the thread count again). False (its process ends) when
+    an alarm was left set."""
     destroy_process_groups()
+    if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
+        return False
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(_DTYPE)
+    torch.set_rng_state(_RNG)
     return not dist.is_initialized()
 
 

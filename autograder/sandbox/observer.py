@@ -34,6 +34,7 @@ import resource
 import select
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -130,11 +131,14 @@ class ObserverHost:
             if self.pid == 0:
                 ours.close()
                 _host(theirs.fileno(), netns_pid)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self._channel = ours
         self._status: int | None = None
-        self._fresh = True  # (no scenario yet: ready once it reads the first)
+        self._ready = True  # it would read a scenario now: fresh, or its "r" read since
         self.busy = False  # a scenario sent, its "d" not yet read
         # How the last scenario ended: None by its "d", else the process's exit code
         self.ended_with: int | None = None
@@ -142,30 +146,36 @@ class ObserverHost:
     def ready(self, seconds: float) -> bool:
         """Whether it can take a scenario: fresh, or reset after the last one within
         `seconds` (it is then reused; not otherwise)."""
-        if self._fresh:
-            return True
-        if self.busy or not self._message(seconds) == b"r":
-            return False
-        return True
+        if not self._ready and not self.busy:
+            self._ready = self._message(seconds) == b"r"
+        return self._ready
 
     def observe(self, observer: Observer, world_size: int, ports: list[int], host: str,
                 folder: Path, timeout: float, ranks: tuple[int, ...] = ()
                 ) -> ObserverProcess:
         """Send it one scenario; the handle to wait for its end and read its record."""
+        try:
+            spec = pickle.dumps((observer, world_size, tuple(ports), host, timeout,
+                                 tuple(ranks)))
+        except Exception as exc:  # noqa: BLE001 - the grader's own mistake, said plainly
+            raise TypeError(f"an observer goes to its process pickled (a module-level "
+                            f"function, data, tensors): {type(exc).__name__}: {exc}") from None
         folder.mkdir(parents=True, exist_ok=True)
         paths = [folder / name for name in ("observer.spec", "observer.jsonl", "observer.log")]
-        with open(paths[0], "wb") as spec:
-            pickle.dump((observer, world_size, tuple(ports), host, timeout, tuple(ranks)), spec)
-        fds = [os.open(paths[0], os.O_RDONLY)] + [
-            os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for path in paths[1:]]
+        fds: list[int] = []
         try:
-            socket.send_fds(self._channel, [b"s"], fds)
-        except OSError:
-            pass  # (it has ended: the handle finds out how)
+            for path in paths:
+                fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600))
+            os.write(fds[0], spec)  # (the file is ours: it reads this very fd, from the start)
+            os.lseek(fds[0], 0, os.SEEK_SET)
+            try:
+                socket.send_fds(self._channel, [b"s"], fds)
+            except OSError:
+                pass  # (it has ended: the handle finds out how)
         finally:
             for fd in fds:
                 os.close(fd)
-        self._fresh, self.busy = False, True
+        self._ready, self.busy = False, True
         return ObserverProcess(self, paths[1], paths[2], timeout)
 
     def done(self, seconds: float) -> bool:
@@ -183,7 +193,9 @@ class ObserverHost:
         """Its next message within `seconds` (b"" once it ended; None: none yet)."""
         if self._status is not None:
             return b""
-        if not select.select([self._channel], [], [], max(0.0, seconds))[0]:
+        poller = select.poll()
+        poller.register(self._channel, select.POLLIN)
+        if not poller.poll(max(0, math.ceil(seconds * 1000))):
             return None
         try:
             message = self._channel.recv(1)
@@ -355,6 +367,11 @@ def _scenario(spec_fd: int, record_fd: int, output_fd: int, broken: str | None
     finally:
         for fd in (spec_fd, record_fd, output_fd):
             os.close(fd)
+        # No limit between scenarios (its reset and wait are bounded by the runner's kill): a
+        # limit run out meanwhile would kill it in the next scenario, the student's verdict.
+        resource.setrlimit(resource.RLIMIT_CPU, (resource.getrlimit(resource.RLIMIT_CPU)[1],) * 2)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # (what it printed is this scenario's)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 1)
         os.dup2(null, 2)  # (a reset's messages are no scenario's)

@@ -23,7 +23,6 @@ import threading
 from collections.abc import Iterator
 
 _LOOP_THREAD = b"gloo_tcp_loop"
-_TGKILL = {"x86_64": 234, "aarch64": 131}  # its syscall number (elsewhere: no waking)
 _WAKE = signal.SIGURG  # ignored by default, used by nothing here: its handler does nothing
 _EVERY = 0.0005  # seconds between two rounds of signals while the teardown runs
 
@@ -44,7 +43,7 @@ def woken() -> Iterator[None]:
     """While inside, gloo's loop threads of this process (those there on entry: the ones a
     new group or a teardown waits on) are signalled every _EVERY seconds. Outside the main
     thread (where no handler can be set), or with no such thread, nothing is done."""
-    tgkill = _TGKILL.get(os.uname().machine)
+    tgkill = getattr(ctypes.CDLL(None), "tgkill", None)  # (glibc 2.30 on; else no waking)
     threads = _loop_threads()
     if tgkill is None or not threads or threading.current_thread() is not threading.main_thread():
         yield
@@ -53,20 +52,24 @@ def woken() -> Iterator[None]:
 
     def wake() -> None:
         pid = os.getpid()
-        syscall = ctypes.CDLL(None, use_errno=True).syscall
         while not done.wait(_EVERY):
             for tid in threads:
                 if _name(pid, tid) == _LOOP_THREAD:  # (not a later thread given its id)
-                    syscall(tgkill, pid, tid, _WAKE)
+                    tgkill(pid, tid, _WAKE)
 
-    previous = signal.signal(_WAKE, _nothing)
+    previous = signal.getsignal(_WAKE)
     waker = threading.Thread(target=wake, daemon=True)
-    waker.start()
+    try:
+        signal.signal(_WAKE, _nothing)
+        waker.start()  # (may fail: a process limit reached; then no waking, as elsewhere)
+    except (OSError, RuntimeError, ValueError):
+        pass
     try:
         yield
     finally:
         done.set()
-        waker.join()
+        if waker.ident is not None:
+            waker.join()
         signal.signal(_WAKE, signal.SIG_DFL if previous is None else previous)
 
 

@@ -93,6 +93,18 @@ def test_clean_scenarios_share_one_observer_process(make_sandbox, tmp_path):
     assert second.observed["pid"] == first.observed["pid"]
 
 
+def test_an_observer_that_cannot_be_pickled_is_the_graders_mistake(make_sandbox, tmp_path):
+    """It goes to its process pickled: a lambda fails, plainly, before any rank runs, and the
+    process waiting for scenarios serves the next one."""
+    sandbox = make_sandbox(HONEST, PROBES)
+    first = run(sandbox, tmp_path / "a", [1.0])
+    with pytest.raises(TypeError, match="pickled"):
+        sandbox.run_ranks("send_values", 2, (), 60, tmp_path / "b", "contribute",
+                          per_rank=[None, [1.0]], observer=observe(lambda seat: {}, rank=0))
+    third = run(sandbox, tmp_path / "c", [3.0])
+    assert third.observed["got"] == [3.0] and third.observed["pid"] == first.observed["pid"]
+
+
 def test_after_a_failure_the_next_scenario_gets_a_fresh_observer(make_sandbox, tmp_path):
     """What it saw go wrong may have left its group (or gloo) in any state: its process ends."""
     student = HONEST.replace("dist.all_reduce(values)", "dist.all_reduce(values * 2)")
