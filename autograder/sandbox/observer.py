@@ -148,6 +148,8 @@ class ObserverHost:
         `seconds` (it is then reused; not otherwise)."""
         if not self._ready and not self.busy:
             self._ready = self._message(seconds) == b"r"
+        if self._ready and self._status is None and os.waitpid(self.pid, os.WNOHANG)[0]:
+            self._ready = False  # (it ended since: sent a scenario, it would be blamed)
         return self._ready
 
     def observe(self, observer: Observer, world_size: int, ports: list[int], host: str,

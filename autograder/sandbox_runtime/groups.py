@@ -44,7 +44,7 @@ def woken() -> Iterator[None]:
     new group or a teardown waits on) are signalled every _EVERY seconds. Outside the main
     thread (where no handler can be set), or with no such thread, nothing is done."""
     tgkill = getattr(ctypes.CDLL(None), "tgkill", None)  # (glibc 2.30 on; else no waking)
-    threads = _loop_threads()
+    threads = gloo_loop_threads()
     if tgkill is None or not threads or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -77,7 +77,8 @@ def _nothing(signum: int, frame: object) -> None:
     """The wake signal's handler: its only work is interrupting the thread's wait."""
 
 
-def _loop_threads() -> list[int]:
+def gloo_loop_threads() -> list[int]:
+    """The ids of this process's gloo loop threads (one per gloo device alive)."""
     pid = os.getpid()
     try:
         tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]

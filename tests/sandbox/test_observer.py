@@ -133,6 +133,30 @@ def leaves_a_thread(seat):
     return received(seat, 1)
 
 
+KEPT = []
+
+
+def keeps_its_group(seat):
+    """An observer with a gloo device that outlives its scenario (as one of FSDP2's groups
+    does: something of torch's holds it past destroy_process_group)."""
+    record = received(seat, 1)
+    KEPT.append(dist.ProcessGroupGloo.create_default_device())
+    return record
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_an_observer_whose_group_lives_on_is_not_reused(make_sandbox, tmp_path, first):
+    """Its gloo thread and sockets would still be there in the next scenario: a fresh process
+    takes it, whether or not the process served a scenario before."""
+    sandbox = make_sandbox(HONEST, PROBES)
+    if not first:
+        run(sandbox, tmp_path / "0", [0.5])
+    kept = sandbox.run_ranks("send_values", 2, (), 60, tmp_path / "a", "contribute",
+                             per_rank=[None, [1.0]], observer=observe(keeps_its_group, rank=0))
+    after = run(sandbox, tmp_path / "b", [2.0])
+    assert after.observed["got"] == [2.0] and after.observed["pid"] != kept.observed["pid"]
+
+
 def test_an_observer_that_leaves_a_thread_is_not_reused(make_sandbox, tmp_path):
     sandbox = make_sandbox(HONEST, PROBES)
     first = sandbox.run_ranks("send_values", 2, (), 60, tmp_path / "a", "contribute",
