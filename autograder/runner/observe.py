@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import gc
 import os
 import re
 import signal
@@ -84,15 +83,12 @@ def _reset() -> bool:
     """Ready the observer's process for the next scenario: every process group destroyed (the
     default one and any new_group), grad mode, default dtype and random generator as the
     runner had them (`join_group` sets the thread count again). False (its process ends) when
-    an alarm was left set, or a group lives on (its gloo thread and sockets still there: FSDP2
-    and DDP hold their group in reference cycles, which a collection frees)."""
+    an alarm was left set, or a gloo device lives on (its thread and sockets still there)."""
     destroy_process_groups()
     if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
         return False
-    if gloo_loop_threads():  # (a group still referenced, say from a reference cycle)
-        gc.collect()
-        if gloo_loop_threads():
-            return False
+    if gloo_loop_threads():  # (a group still referenced: FSDP2 leaves one, even past a
+        return False          # collection, which would cost more than a fresh process)
     torch.set_grad_enabled(True)
     torch.set_default_dtype(_DTYPE)
     torch.set_rng_state(_RNG)
