@@ -148,8 +148,10 @@ class ObserverHost:
         `seconds` (it is then reused; not otherwise)."""
         if not self._ready and not self.busy:
             self._ready = self._message(seconds) == b"r"
-        if self._ready and self._status is None and os.waitpid(self.pid, os.WNOHANG)[0]:
-            self._ready = False  # (it ended since: sent a scenario, it would be blamed)
+        if self._ready and self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:  # (it ended since: sent a scenario, it would be blamed)
+                self._status, self._ready = status, False
         return self._ready
 
     def observe(self, observer: Observer, world_size: int, ports: list[int], host: str,
@@ -329,14 +331,13 @@ def _host(channel_fd: int, netns_pid: int | None) -> None:
                 break
             channel.sendall(b"r")
     finally:
-        os._exit(0)  # no gloo teardown: a peer's state would make it abort
+        os._exit(0)  # no interpreter teardown: gloo's, with a peer's state, may abort
 
 
 def _scenario(spec_fd: int, record_fd: int, output_fd: int, broken: str | None
               ) -> Callable[[], bool] | None:
     """Run one scenario's observer in the host: its reset when the host may serve another
     (its record says nothing went wrong), else None."""
-    observer = None
     try:
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)

@@ -173,7 +173,7 @@ def _reset(baseline: dict) -> bool:
         import torch
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
+        if dist.is_available():
             from .groups import destroy_process_groups
 
             destroy_process_groups()  # every group: the default one and any new_group
