@@ -87,8 +87,8 @@ def _reset() -> bool:
     destroy_process_groups()
     if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
         return False
-    if gloo_loop_threads():  # (a group still referenced: FSDP2 leaves one, even past a
-        return False          # collection, which would cost more than a fresh process)
+    if gloo_loop_threads():  # (a group still referenced, by what destroy_process_groups
+        return False          # does not know of)
     torch.set_grad_enabled(True)
     torch.set_default_dtype(_DTYPE)
     torch.set_rng_state(_RNG)

@@ -25,6 +25,7 @@ a reset that failed) it ends, and the next scenario gets a fresh one.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import math
 import os
@@ -319,6 +320,7 @@ def _host(channel_fd: int, netns_pid: int | None) -> None:
     except BaseException as exc:  # noqa: BLE001 - said in the first scenario's record
         broken = f"{type(exc).__name__}: {exc}"[:1000]
     try:
+        gc.freeze()  # (a reset's collection walks what scenarios made, not the runner's pages)
         threads = threading.active_count()
         channel = socket.socket(fileno=channel_fd)
         while True:

@@ -144,6 +144,39 @@ def keeps_its_group(seat):
     return record
 
 
+class Sharded:
+    """A model's state in a cycle (as FSDP2's modules are) that holds the group's mesh."""
+
+    def __init__(self, mesh):
+        self.mesh, self.me = mesh, self
+
+
+def shards_on_the_group(seat):
+    """An observer that leaves what FSDP2 leaves: DTensors on a mesh of its group (whose specs
+    DTensor's caches keep) and a reference cycle holding that mesh."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate
+
+    record = received(seat, 1)
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    local = DTensor.from_local(torch.ones(2), mesh, [Replicate()], run_check=False)
+    record["sum"] = (local * 2 + 1).to_local().tolist()
+    Sharded(mesh)
+    return record
+
+
+def test_what_fsdp2_leaves_goes_at_the_reset(make_sandbox, tmp_path):
+    """Its group's gloo device is freed with the group (groups.destroy_process_groups): the
+    process serves the next scenario, with nothing of this one's group alive."""
+    sandbox = make_sandbox(HONEST, PROBES)
+    sharded = sandbox.run_ranks("send_values", 2, (), 60, tmp_path / "a", "contribute",
+                                per_rank=[None, [1.0]],
+                                observer=observe(shards_on_the_group, rank=0))
+    assert sharded.observed["sum"] == [3.0, 3.0]
+    after = run(sandbox, tmp_path / "b", [2.0])
+    assert after.observed["got"] == [2.0] and after.observed["pid"] == sharded.observed["pid"]
+
+
 @pytest.mark.parametrize("first", [False, True])
 def test_an_observer_whose_group_lives_on_is_not_reused(make_sandbox, tmp_path, first):
     """Its gloo thread and sockets would still be there in the next scenario: a fresh process

@@ -69,3 +69,46 @@ def test_a_group_made_and_destroyed_with_its_loop_threads_woken(tmp_path: Path) 
         assert report["initialized"] is False and report["after"] < report["during"]
         assert report["handler"] == "students"
         assert report["woken"] >= 1  # its loop threads were signalled
+
+
+# One rank of a model sharded with FSDP2, trained a step and gathered whole: DTensor's caches
+# and FSDP2's reference cycles keep its mesh, its group and the group's gloo device alive.
+FSDP2 = """
+import datetime, json, socket
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from autograder.sandbox_runtime import groups
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+
+def scenario():
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1, timeout=datetime.timedelta(seconds=30))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    for block in model:
+        fully_shard(block)
+    fully_shard(model)
+    model(torch.randn(3, 4)).sum().backward()
+    return {name: p.full_tensor().shape for name, p in model.state_dict().items()}
+
+scenario()
+during = len(groups.gloo_loop_threads())
+dist.destroy_process_group()
+plain = len(groups.gloo_loop_threads())
+groups.destroy_process_groups()
+print(json.dumps({"during": during, "plain": plain, "after": len(groups.gloo_loop_threads())}))
+"""
+
+
+def test_what_fsdp2_keeps_of_a_destroyed_group_goes_too(tmp_path: Path) -> None:
+    """torch's own teardown leaves FSDP2's gloo device (its thread, its sockets) alive; ours
+    releases it, so that the process can serve another scenario with nothing of this one."""
+    run = subprocess.run([sys.executable, "-c", FSDP2], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin",
+                                                     "PYTHONPATH": str(ROOT),
+                                                     "GLOO_SOCKET_IFNAME": "lo"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert report == {"during": 1, "plain": 1, "after": 0}
