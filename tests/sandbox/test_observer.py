@@ -198,17 +198,18 @@ def test_an_observer_that_leaves_a_thread_is_not_reused(make_sandbox, tmp_path):
     assert second.observed["got"] == [2.0] and second.observed["pid"] != first.observed["pid"]
 
 
-@pytest.mark.parametrize("sent, said", [
-    # more bytes than the observer posted: gloo aborts the observer
-    ("torch.cat([values, values])", "was killed by SIGABRT at: all_reduce #0 (3 float32)"),
+@pytest.mark.parametrize("sent, said, wait", [
+    # more bytes than the observer posted: gloo aborts the observer, once they come (a wait
+    # the student's rank, starting under load, cannot outlast: the abort ends it)
+    ("torch.cat([values, values])", "was killed by SIGABRT at: all_reduce #0 (3 float32)",
+     20.0),
     # fewer: gloo aborts the student's rank, and the observer's collective fails
-    ("values[:1]", "got no matching collective from your ranks at: all_reduce #0"),
+    ("values[:1]", "got no matching collective from your ranks at: all_reduce #0", 1.0),
     # none: the observer waits for it in vain
-    ("None", "got no matching collective from your ranks at: "
-                                       "all_reduce #0"),
+    ("None", "got no matching collective from your ranks at: all_reduce #0", 1.0),
 ])
 def test_a_wrong_collective_is_the_students_failure_and_says_where(make_sandbox, tmp_path,
-                                                                    sent, said):
+                                                                    sent, said, wait):
     student = f"""
 import torch, torch.distributed as dist
 def contribute(values):
@@ -219,7 +220,7 @@ def contribute(values):
     sandbox = make_sandbox(student, PROBES)
     started = time.monotonic()
     with pytest.raises(ObservedFailure) as caught:
-        run(sandbox, tmp_path, [1.0, 2.0, 3.0], wait=1.0)
+        run(sandbox, tmp_path, [1.0, 2.0, 3.0], wait=wait)
     assert said in str(caught.value)
     assert "meanwhile" not in str(caught.value)  # (gloo's errors once the observer ended)
     assert time.monotonic() - started < 30  # the observer's wait, not the call's time limit
