@@ -120,7 +120,7 @@ def instrument(records: Path, profiles: Path | None = None) -> None:
           lambda s, probe, world, args, timeout, out, function, gpus=0, **_: {"gpus": gpus})
     timed(sandbox, "_stores", "stores", lambda s, count, host: {})
     timed(process, "kill", "kill", lambda p: {"gpus": p.gpus})
-    timed(sandbox, "_stop_strays", "strays", lambda s: {})
+    timed(sandbox, "_stop_strays", "strays", lambda s, table=None: {})
     timed(sandbox, "close", "close", lambda s: {})
 
     original_write_line = runner.write_line
@@ -158,7 +158,9 @@ def instrument(records: Path, profiles: Path | None = None) -> None:
     freeze = gc.freeze
 
     def frozen() -> None:
-        # warm.serve freezes what it imported right before it serves: ready from here
+        # warm.serve freezes what it imported right before it serves: ready from here (its
+        # forks freeze too, as other uids: they get the plain function)
+        gc.freeze = freeze
         freeze()
         now = time.monotonic()
         write(Span("ready", now, now))

@@ -49,6 +49,7 @@ from demo import build_examples  # noqa: E402
 
 from autograder.grading import grade as grading  # noqa: E402
 from autograder.grading import supervisor  # noqa: E402
+from autograder.grading.results import Report  # noqa: E402
 from autograder.project.assignment import load_assignment  # noqa: E402
 from autograder.project.paths import Project  # noqa: E402
 from autograder.protocol.fork_channel import RunnerServer  # noqa: E402
@@ -253,6 +254,19 @@ def phases(g: Grading, kind_of: dict[str, str]) -> dict[str, float]:
     return p
 
 
+def unbroken(report: Report, example: str, what: str) -> None:
+    """Refuse to time a grading the grader failed in, or the reference losing points (the
+    bench's own wrappers, most likely: the checks then end early or wait out their time
+    limits, and the times would mislead)."""
+    broken = [w for w in report.warnings if w.startswith("grader error")]
+    if broken:
+        raise SystemExit(f"{what}: the grader failed, so nothing is measured: {broken[0]}")
+    if example == "reference" and report.score < report.max_score:
+        lost = next(t for t in report.tests if t.score < t.max_score)
+        raise SystemExit(f"{what}: the reference lost points, so nothing is measured: "
+                         f"{lost.name}: {lost.output[:300]}")
+
+
 def grade_rounds(assignment_name: str, runners: TimedRunners, records: Path, work: Path,
                  timeline: Timeline, examples: list[str], rounds: int, warmup: int,
                  profiler: cProfile.Profile | None) -> dict[str, list[dict[str, float]]]:
@@ -262,7 +276,8 @@ def grade_rounds(assignment_name: str, runners: TimedRunners, records: Path, wor
     assignment = load_assignment(assignment_name, Project.find())
     gradings: dict[str, list[Grading]] = defaultdict(list)
     for i in range(warmup):  # file caches, the server's first forks
-        grading.grade_loaded(built[examples[0]], assignment, folder / f"warm-{i}", runners=runners)
+        unbroken(grading.grade_loaded(built[examples[0]], assignment, folder / f"warm-{i}",
+                                      runners=runners), examples[0], f"{assignment_name} warm-up")
         runners.settle()
     specs: dict[str, Any] = {}
     for round_ in range(rounds):
@@ -273,11 +288,12 @@ def grade_rounds(assignment_name: str, runners: TimedRunners, records: Path, wor
             started = time.monotonic()
             if profiler:
                 profiler.enable()
-            grading.grade_loaded(built[name], assignment, folder / f"out-{round_}-{name}",
-                                 runners=runners)
+            report = grading.grade_loaded(built[name], assignment,
+                                          folder / f"out-{round_}-{name}", runners=runners)
             if profiler:
                 profiler.disable()
             ended = time.monotonic()
+            unbroken(report, name, f"{assignment_name} {name}")
             timeline.spans["_total"].append((started, ended))
             cpu = sum(os.times()[:2]) - cpu0
             runners.settle()  # (not timed) so that the grading's processes are all reaped

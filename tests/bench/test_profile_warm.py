@@ -14,9 +14,11 @@ COUNTED = " counted"  # (profile_warm.COUNTED: how many, beside a phase, not a p
 
 
 def test_no_phase_it_reports_always_reads_zero(tmp_path: Path) -> None:
-    """One warm grading of dp_basics' reference (the suite has every kind of test): a phase
-    that reads 0 there measures nothing (as every phase but one did once the runner's events
-    became typed records)."""
+    """One warm grading of dp_basics' reference (the suite has every kind of test) and of
+    ddp_internals' (its scenarios have the grader's observer): a phase that reads 0 there
+    measures nothing (as every phase but one did once the runner's events became typed
+    records). The bench refuses a grading its wrappers broke (the reference losing points):
+    one of them once failed every rank scenario, another every observer."""
     from autograder.sandbox.isolation import IsolationUnavailable, detect
 
     try:
@@ -26,10 +28,13 @@ def test_no_phase_it_reports_always_reads_zero(tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "profile_warm.py"), "--assignment", "dp_basics",
-         "--examples", "reference", "--rounds", "1", "--warmup", "0", "--json", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
+         "ddp_internals", "--examples", "reference", "--rounds", "1", "--warmup", "0",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    gradings = [g for runs in json.loads(out.read_text())["dp_basics"].values() for g in runs]
+    measured = json.loads(out.read_text())
+    assert all(g["tests: ranks"] > 0 for g in measured["ddp_internals"]["reference"])
+    gradings = [g for runs in measured["dp_basics"].values() for g in runs]
     phases = {p for g in gradings for p in g if not p.endswith(COUNTED)}
     assert {"tests: plain", "tests: simulated", "tests: ranks", "parent: report building",
             "parent: results writing", "sandbox: zygote starts (and first fork)",
