@@ -164,7 +164,7 @@ def _reset(baseline: dict) -> bool:
     working folder, grad mode, default dtype, thread count and random generators as after the
     import; the simulated GPUs' current device and journal as at the start. False if any of it
     failed, or if the scenario left what a reset cannot undo (a thread still running, an alarm
-    set): the runner then ends this rank."""
+    or a timer set): the runner then ends this rank."""
     try:
         import random
         import signal
@@ -177,7 +177,9 @@ def _reset(baseline: dict) -> bool:
             from .groups import destroy_process_groups
 
             destroy_process_groups()  # every group: the default one and any new_group
-        if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
+        timers = [signal.setitimer(timer, 0)[0] for timer in  # (ITIMER_REAL: alarm()'s too)
+                  (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)]
+        if any(timers):
             return False
         if threading.active_count() > baseline["threads"]:
             return False

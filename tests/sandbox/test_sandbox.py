@@ -305,6 +305,12 @@ def rank_leave_thread(mod, rank, world_size, port):
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
     return {"pid": os.getpid()}
 
+def rank_leave_timer(mod, rank, world_size, port, which):
+    # A timer left set: in a later scenario its signal would end (or interrupt) the rank.
+    import os, signal
+    signal.setitimer(getattr(signal, which), 100)
+    return os.getpid()
+
 def rank_exit_soon(mod, rank, world_size, port):
     # Replies, then ends while kept: the next scenario must not be blamed for it.
     import os, threading, time
@@ -458,6 +464,15 @@ def test_ranks_of_a_failed_scenario_are_not_kept(make_sandbox, tmp_path):
     with pytest.raises(SandboxFailure):
         sandbox.run_ranks("rank_crash", 2, (), 60, tmp_path, "add")
     assert sandbox._kept.processes() == []
+
+
+@pytest.mark.parametrize("which", ["ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"])
+def test_ranks_that_leave_a_timer_set_are_not_kept(make_sandbox, tmp_path, which):
+    """Its signal would come in a later scenario, the failure that scenario's."""
+    sandbox = make_sandbox(STUDENT, PROBES)
+    pids = sandbox.run_ranks("rank_leave_timer", 2, (which,), 60, tmp_path, "add")
+    state = sandbox.run_ranks("rank_state", 2, (), 60, tmp_path, "add")
+    assert not {s["pid"] for s in state} & set(pids)
 
 
 def test_a_kept_rank_that_ended_meanwhile_is_replaced_without_blame(make_sandbox, tmp_path):
