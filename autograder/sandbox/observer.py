@@ -46,6 +46,7 @@ from autograder.project.inert import inert
 from autograder.sandbox.isolation import OBSERVER_UID_RANGE, sandbox_ids
 from autograder.sandbox.launcher import LINUX_CAPABILITY_VERSION_3, PR_SET_NO_NEW_PRIVS
 from autograder.sandbox.rendezvous import AGENT_STORE_ENV, enter_network
+from autograder.sandbox_runtime.groups import native_threads
 
 _PR_SET_PDEATHSIG = 1
 MAX_RECORD_BYTES = 1 << 20  # what is read back of its notes and record
@@ -321,7 +322,7 @@ def _host(channel_fd: int, netns_pid: int | None) -> None:
         broken = f"{type(exc).__name__}: {exc}"[:1000]
     try:
         gc.freeze()  # (a reset's collection walks what scenarios made, not the runner's pages)
-        threads = threading.active_count()
+        threads = threading.active_count(), native_threads()
         channel = socket.socket(fileno=channel_fd)
         while True:
             _, fds, _, _ = socket.recv_fds(channel, 1, 3)
@@ -384,11 +385,13 @@ def _scenario(spec_fd: int, record_fd: int, output_fd: int, broken: str | None
     return None if type(record) is not dict or "failure" in record else observer.reset
 
 
-def _reset(reset: Callable[[], bool], threads: int) -> bool:
-    """Whether `reset` readied the host for another scenario, leaving no more (Python)
-    threads than `threads`, the host's own."""
+def _reset(reset: Callable[[], bool], threads: tuple[int, int]) -> bool:
+    """Whether `reset` readied the host for another scenario, leaving no more threads than
+    `threads` (the host's own: Python's, and all of them), so none of gloo's (a device still
+    alive, named or not yet) or another thread of the scenario's."""
     try:
-        return reset() is True and threading.active_count() <= threads
+        return reset() is True and threading.active_count() <= threads[0] \
+            and native_threads() <= threads[1]
     except BaseException:  # noqa: BLE001 - not fit for another scenario, that is all
         return False
 

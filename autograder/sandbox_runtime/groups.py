@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 _LOOP_THREAD = b"gloo_tcp_loop"
@@ -91,7 +92,26 @@ def woken() -> Iterator[None]:
         done.set()
         if waker.ident is not None:
             waker.join()
+            _until_gone(waker.native_id)
         signal.signal(_WAKE, signal.SIG_DFL if previous is None else previous)
+
+
+def _until_gone(tid: int, seconds: float = 0.1) -> None:
+    """Wait (briefly) until the thread `tid` has left the process, not only Python: a count of
+    the process's threads right after (the observer's reset) must not see it."""
+    task = f"/proc/{os.getpid()}/task/{tid}"
+    deadline = time.monotonic() + seconds
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+def native_threads() -> int:
+    """How many threads this process has, native ones included (gloo's, whose names they
+    set themselves only once running, torch's pools)."""
+    try:
+        return len(os.listdir(f"/proc/{os.getpid()}/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def _nothing(signum: int, frame: object) -> None:
