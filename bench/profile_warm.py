@@ -258,13 +258,15 @@ def unbroken(report: Report, example: str, what: str) -> None:
     """Refuse to time a grading the grader failed in, or the reference losing points (the
     bench's own wrappers, most likely: the checks then end early or wait out their time
     limits, and the times would mislead)."""
-    broken = [w for w in report.warnings if w.startswith("grader error")]
-    if broken:
-        raise SystemExit(f"{what}: the grader failed, so nothing is measured: {broken[0]}")
-    if example == "reference" and report.score < report.max_score:
-        lost = next(t for t in report.tests if t.score < t.max_score)
-        raise SystemExit(f"{what}: the reference lost points, so nothing is measured: "
-                         f"{lost.name}: {lost.output[:300]}")
+    for test in report.tests:
+        if test.cause == "grader_error":
+            why = "the grader failed"
+        elif example == "reference" and test.score < test.max_score:
+            why = "the reference lost points"
+        else:
+            continue
+        raise SystemExit(f"{what}: {why}, so nothing is measured: {test.name}: "
+                         f"{test.message[:300]}")
 
 
 def grade_rounds(assignment_name: str, runners: TimedRunners, records: Path, work: Path,

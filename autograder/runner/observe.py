@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from autograder.sandbox.observer import Observer, Seat, until_blocked
-from autograder.sandbox_runtime.groups import destroy_process_groups, gloo_loop_threads, woken
+from autograder.sandbox_runtime.groups import destroy_process_groups, woken
 
 
 class Unanswered(Exception):
@@ -83,12 +83,11 @@ def _reset() -> bool:
     """Ready the observer's process for the next scenario: every process group destroyed (the
     default one and any new_group), grad mode, default dtype and random generator as the
     runner had them (`join_group` sets the thread count again). False (its process ends) when
-    an alarm was left set, or a gloo device lives on (its thread and sockets still there)."""
+    an alarm was left set. (A gloo device still alive, its thread counted, ends the process
+    too: sandbox.observer's `_reset`.)"""
     destroy_process_groups()
     if signal.alarm(0) or signal.setitimer(signal.ITIMER_REAL, 0)[0]:
         return False
-    if gloo_loop_threads():  # (a group still referenced, by what destroy_process_groups
-        return False          # does not know of)
     torch.set_grad_enabled(True)
     torch.set_default_dtype(_DTYPE)
     torch.set_rng_state(_RNG)

@@ -137,8 +137,8 @@ KEPT = []
 
 
 def keeps_its_group(seat):
-    """An observer with a gloo device that outlives its scenario (as one of FSDP2's groups
-    does: something of torch's holds it past destroy_process_group)."""
+    """An observer with a gloo device that outlives its scenario (something holds it past
+    destroy_process_group that the reset does not know of: here, a global)."""
     record = received(seat, 1)
     KEPT.append(dist.ProcessGroupGloo.create_default_device())
     return record
